@@ -1,0 +1,212 @@
+"""Build a plan on a Docker engine with the SDK's streaming low-level API.
+
+For each stage, parents first: render its context, compute its content key (rendered context +
+parent image id + platform), reuse an image already carrying that key, or build it untagged and tag
+it only once the build has succeeded, so a failed stage never gets a tag.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import docker
+
+from .buildserver import BuildServer
+from .envcapture import capture_env
+from .errors import BuildError
+from .plan import BuildPlan, Stage
+from .progress import StageProgress, fmt_seconds, printer
+from .render import LABEL_PREFIX, Renderer
+from .sources import BuildInputs, CannSource
+
+CONTENT_KEY_LABEL = f"{LABEL_PREFIX}.content-key"
+KEY_VERSION = "ascend-images-content-key-v1"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    cann_source: CannSource
+    inputs: BuildInputs = field(default_factory=BuildInputs)
+    work_dir: Path = Path("build")
+    torch_index_url: str | None = None  # None: the matrix's per-arch default
+    force: bool = False  # rebuild even when an image carries the content key
+    revision: str = ""  # org.opencontainers.image.revision
+
+
+@dataclass
+class StageResult:
+    tag: str
+    kind: str
+    status: str  # built | reused
+    image_id: str
+    content_key: str
+    seconds: float
+    log: str | None
+    context: str
+
+
+def content_key(context_dir: Path, parent_id: str, platform: str) -> str:
+    digest = hashlib.sha256()
+    for part in (KEY_VERSION, parent_id, platform):
+        digest.update(part.encode() + b"\0")
+    for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(context_dir).as_posix()
+        digest.update(f"{rel}\0{path.stat().st_mode & 0o777:o}\0".encode())
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def declared_args(dockerfile: str) -> set[str]:
+    return set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE))
+
+
+def git_revision(path: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return out.stdout.strip()
+
+
+class Builder:
+    def __init__(self, client: docker.DockerClient, settings: BuildSettings,
+                 renderer: Renderer | None = None, out: Callable[[str], None] | None = None):
+        self.client = client
+        self.settings = settings
+        self.renderer = renderer or Renderer()
+        self.out = out or printer()
+        self.results: dict[str, StageResult] = {}
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.log_dir = settings.work_dir / "logs" / stamp
+        self.context_dir = settings.work_dir / "contexts"
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _find_by_key(self, key: str) -> str | None:
+        ids = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"}, quiet=True)
+        return ids[0] if ids else None
+
+    def _tag(self, image_id: str, tag: str) -> None:
+        repo, _, name = tag.rpartition(":")
+        self.client.api.tag(image_id, repo, name, force=True)
+
+    def _external_parent_id(self, stage: Stage, platform: str) -> str:
+        ref = stage.parent_ref
+        try:
+            return self.client.api.inspect_image(ref)["Id"]
+        except docker.errors.ImageNotFound:
+            pass
+        self.out(f"pulling {ref} ({platform}) ...")
+        try:
+            self.client.api.pull(ref, platform=platform)
+            return self.client.api.inspect_image(ref)["Id"]
+        except docker.errors.APIError as exc:
+            hint = ""
+            if stage.kind == "base":
+                hint = (f"\nWith no registry, make the OS image locally: invoke os-image --os {stage.variant.os} "
+                        f"--arch {stage.variant.arch} (then build again, or pass --base-image REF)")
+            raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
+
+    def _platform(self, stage: Stage) -> str:
+        return stage.variant.arch_spec.docker_platform
+
+    # --- one stage -----------------------------------------------------------------------------
+    def build_stage(self, stage: Stage, index: int, total: int, server: BuildServer) -> StageResult:
+        started = time.monotonic()
+        platform = self._platform(stage)
+        label = f"[{index}/{total} {stage.kind}]"
+        if stage.parent is not None:
+            parent_id = self.results[stage.parent.tag].image_id
+        else:
+            parent_id = self._external_parent_id(stage, platform)
+        captured = None
+        if stage.kind == "cann":
+            captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
+        source = self.settings.cann_source
+        ctx, files = self.renderer.context(
+            stage,
+            cann_packages=source.packages(stage.variant) if stage.kind == "cann-install" else [],
+            official_image=source.official_image(stage.variant) if source.kind == "image" else None,
+            captured=captured,
+            torch_index_url=self.settings.torch_index_url,
+        )
+        context = self.renderer.write(stage, self.context_dir, ctx, files)
+        key = content_key(context, parent_id, platform)
+        existing = None if self.settings.force else self._find_by_key(key)
+        if existing:
+            self._tag(existing, stage.tag)
+            self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
+            return StageResult(stage.tag, stage.kind, "reused", existing, key,
+                               time.monotonic() - started, None, str(context))
+
+        log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
+        self.out(f"{label} {stage.tag}: building (log {log_path})")
+        dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
+        args = {"ASCEND_BUILD_SERVER": server.url, "OS_MIRROR": self.settings.inputs.os_mirror}
+        buildargs = {k: v for k, v in args.items() if k in declared_args(dockerfile)}
+        labels = {
+            CONTENT_KEY_LABEL: key,
+            "org.opencontainers.image.created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "org.opencontainers.image.revision": self.settings.revision,
+        }
+        image_id = None
+        error = None
+        with StageProgress(label, log_path, self.out) as progress:
+            stream = self.client.api.build(
+                path=str(context), rm=True, forcerm=True, pull=False, decode=True,
+                network_mode="host", platform=platform, buildargs=buildargs, labels=labels,
+            )
+            for chunk in stream:
+                if "stream" in chunk:
+                    for text in chunk["stream"].splitlines():
+                        progress.line(text)
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                if "error" in chunk:
+                    error = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                    progress.line(f"ERROR: {error}")
+            step = progress.step
+        if error or not image_id:
+            raise BuildError(
+                f"{label} {stage.tag} failed at step {step or '?'} after {fmt_seconds(progress.elapsed)}: "
+                f"{error or 'the builder returned no image id'}\n"
+                f"--- last lines of {log_path} ---\n{progress.tail()}\n--- full log: {log_path}\n"
+                f"(no tag was set for {stage.tag})"
+            )
+        self._tag(image_id, stage.tag)
+        seconds = time.monotonic() - started
+        self.out(f"{label} {stage.tag}: built in {fmt_seconds(seconds)} ({image_id[7:19]})")
+        return StageResult(stage.tag, stage.kind, "built", image_id, key, seconds, str(log_path), str(context))
+
+    # --- a whole plan --------------------------------------------------------------------------
+    def build(self, plan: BuildPlan) -> list[StageResult]:
+        total = len(plan.stages)
+        started = time.monotonic()
+        cann_dir = self.settings.cann_source.directory if self.settings.cann_source.kind == "local" else None
+        with BuildServer(self.settings.inputs, cann_dir) as server:
+            for index, stage in enumerate(plan.stages, 1):
+                self.results[stage.tag] = self.build_stage(stage, index, total, server)
+        results = [self.results[s.tag] for s in plan.stages]
+        built = sum(r.status == "built" for r in results)
+        self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, "
+                 f"{total - built} reused, {total} stages")
+        self._write_report(plan, results)
+        return results
+
+    def _write_report(self, plan: BuildPlan, results: list[StageResult]) -> None:
+        report = {
+            "stages": [asdict(r) for r in results],
+            "variants": {v.name: {"image": top.tag, **v.describe()} for v, top in plan.tops.items()},
+        }
+        path = self.settings.work_dir / "build-report.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,33 @@
+"""Errors that end a command with a clear, specific message (no traceback)."""
+
+from __future__ import annotations
+
+
+class AscendImagesError(Exception):
+    """Base class: the message is meant for the user as it stands."""
+
+
+class MatrixError(AscendImagesError):
+    """matrix.yaml does not load or does not follow the schema."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{path}: {len(problems)} problem(s):\n{lines}")
+
+
+class SelectionError(AscendImagesError):
+    """A flag names something the matrix does not have."""
+
+
+class RuleError(AscendImagesError):
+    """A variant breaks one or more compatibility rules."""
+
+
+class BuildError(AscendImagesError):
+    """A stage failed to build."""
+
+
+class DockerUnavailable(AscendImagesError):
+    """No Docker engine answers."""

@@ -1,0 +1,137 @@
+"""A selection of variants becomes one plan: a list of stages, parents first, each built once.
+
+Stage chain per variant:  base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
+- `cann` is the `cann-install` image plus ENV captured from sourcing its env scripts.
+- `overlay` exists only for a non-default profile or user --env: a config-only image, so that
+  `--profile debug` never rebuilds CANN or torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from .matrix import Variant
+from .sources import CannSource
+
+DEFAULT_NAMESPACE = "ascend-images"
+BACKEND_REPOS = {"none": "torch-npu", "vllm": "vllm-ascend", "sglang": "sglang"}
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    cann_source: CannSource
+    namespace: str = DEFAULT_NAMESPACE
+    base_image: str | None = None  # default: the matrix's image for the OS
+
+
+@dataclass(eq=False)
+class Stage:
+    kind: str  # base | cann-install | cann | torch | vllm | sglang | overlay
+    tag: str
+    variant: Variant  # the first variant that needs it; every user shares the same facts
+    parent: Stage | None
+    external_parent: str | None = None  # an image we do not build (OS image, official CANN image)
+    users: list[Variant] = field(default_factory=list)
+
+    @property
+    def parent_ref(self) -> str:
+        if self.parent is not None:
+            return self.parent.tag
+        assert self.external_parent is not None
+        return self.external_parent
+
+    @property
+    def slug(self) -> str:
+        return self.tag.rsplit("/", 1)[-1].replace(":", "--")
+
+    @property
+    def repo(self) -> str:
+        return self.tag.rsplit(":", 1)[0]
+
+    def chain(self) -> list[Stage]:
+        out: list[Stage] = []
+        node: Stage | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out[::-1]
+
+
+@dataclass
+class BuildPlan:
+    stages: list[Stage]  # parents before children
+    tops: dict[Variant, Stage]  # the stage that is each variant's image
+    options: PlanOptions
+
+    def top(self, variant: Variant) -> Stage:
+        return self.tops[variant]
+
+
+def docker_arch(variant: Variant) -> str:
+    return variant.arch_spec.debian_arch
+
+
+def _py(variant: Variant) -> str:
+    return f"py{variant.python_version}" + ("" if variant.python == "system" else f"-{variant.python}")
+
+
+def stage_tag(kind: str, v: Variant, namespace: str) -> str:
+    arch = docker_arch(v)
+    tail = f"{v.device}-{v.os}-{_py(v)}-{arch}"
+    cann = v.cann_version.tag
+    if kind == "base":
+        return f"{namespace}/base:{v.os}-{_py(v)}-{arch}"
+    if kind == "cann-install":
+        return f"{namespace}/cann-install:{cann}-{tail}"
+    if kind == "cann":
+        return f"{namespace}/cann:{cann}-{tail}"
+    if kind == "torch":
+        return f"{namespace}/torch-npu:{v.torch_npu}-cann{cann}-{tail}"
+    if kind == "vllm":
+        return f"{namespace}/vllm-ascend:{v.release.backends.vllm.vllm_ascend}-cann{cann}-{tail}"  # type: ignore[union-attr]
+    if kind == "sglang":
+        return f"{namespace}/sglang:{v.release.backends.sglang.sglang}-cann{cann}-{tail}"  # type: ignore[union-attr]
+    raise ValueError(f"unknown stage kind {kind!r}")
+
+
+def overlay_suffix(v: Variant) -> str:
+    parts = []
+    if v.profile != v.matrix.spec.defaults.profile:
+        parts.append(v.profile)
+    if v.user_env:
+        digest = hashlib.sha256(repr(v.user_env).encode()).hexdigest()[:8]
+        parts.append(f"env{digest}")
+    return "-".join(parts)
+
+
+def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
+    stages: dict[str, Stage] = {}
+    tops: dict[Variant, Stage] = {}
+
+    def add(kind: str, tag: str, v: Variant, parent: Stage | None, external: str | None = None) -> Stage:
+        stage = stages.get(tag)
+        if stage is None:
+            stage = Stage(kind, tag, v, parent, external)
+            stages[tag] = stage
+        stage.users.append(v)
+        return stage
+
+    ns = options.namespace
+    for v in variants:
+        if options.cann_source.kind == "image":
+            install = add("cann-install", stage_tag("cann-install", v, ns), v, None,
+                          options.cann_source.official_image(v))
+        else:
+            base = add("base", stage_tag("base", v, ns), v, None, options.base_image or v.os_spec.image)
+            install = add("cann-install", stage_tag("cann-install", v, ns), v, base)
+        cann = add("cann", stage_tag("cann", v, ns), v, install)
+        top = add("torch", stage_tag("torch", v, ns), v, cann)
+        if v.backend != "none":
+            top = add(v.backend, stage_tag(v.backend, v, ns), v, top)
+        suffix = overlay_suffix(v)
+        if suffix:
+            top = add("overlay", f"{top.tag}-{suffix}", v, top)
+        tops[v] = top
+    # dict order is insertion order, and a parent is always added before its children
+    return BuildPlan(list(stages.values()), tops, options)

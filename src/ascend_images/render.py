@@ -1,0 +1,269 @@
+"""Render a stage into its build context directory: a Dockerfile plus the files it copies.
+
+Output is deterministic (same inputs, same bytes), and a directory is written under a temporary
+name and renamed into place only when complete, so a failed render never looks finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .envs import EnvValue, baked_env, effective_env
+from .matrix import Variant
+from .plan import Stage
+from .schema import SglangPins, VllmPins
+
+IMAGES_DIR = Path(__file__).resolve().parents[2] / "images"
+FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
+LABEL_PREFIX = "io.ascend-images"
+
+
+def dockerfile_value(value: str) -> str:
+    """A value for `ENV NAME=<value>`, quoted so the builder keeps it literally."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def _environment(device: str, images_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(images_dir / device), str(images_dir)]),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["dockerfile_value"] = dockerfile_value
+    env.filters["shell_quote"] = shlex.quote
+    env.filters["label_block"] = lambda labels: " \\\n      ".join(
+        f"{k}={dockerfile_value(v)}" for k, v in labels.items()
+    )
+    env.filters["env_block"] = lambda items: " \\\n    ".join(
+        f"{i['name']}={dockerfile_value(i['value'])}" for i in items
+    )
+    env.filters["cann_arg"] = lambda p: f"{p['kind']}={p['url']}#{p['sha256']}"
+    return env
+
+
+def _template_name(kind: str, device: str, images_dir: Path) -> str:
+    own = images_dir / device / f"{kind}.Dockerfile.j2"
+    return own.name if own.exists() else f"common/{kind}.Dockerfile.j2"
+
+
+def stage_labels(stage: Stage) -> dict[str, str]:
+    """The io.ascend-images.* labels a stage adds (its parents' labels are inherited)."""
+    v = stage.variant
+    labels = {f"{LABEL_PREFIX}.stage": stage.kind}
+    if stage.kind == "base" or (stage.external_parent and stage.kind == "cann-install"):
+        labels |= {
+            f"{LABEL_PREFIX}.os": v.os,
+            f"{LABEL_PREFIX}.arch": v.arch,
+            f"{LABEL_PREFIX}.python": v.python,
+            f"{LABEL_PREFIX}.python-version": v.python_version,
+        }
+    if stage.kind == "cann-install":
+        labels |= {
+            f"{LABEL_PREFIX}.device": v.device,
+            f"{LABEL_PREFIX}.soc-version": v.device_spec.soc_version,
+            f"{LABEL_PREFIX}.cann": v.release.cann,
+            f"{LABEL_PREFIX}.cann-layout": v.cann.layout,
+            f"{LABEL_PREFIX}.hdk-floor": str(v.hdk_floor),
+        }
+    if stage.kind == "torch":
+        labels |= {
+            f"{LABEL_PREFIX}.release": v.release_name,
+            f"{LABEL_PREFIX}.backend": "none",
+            f"{LABEL_PREFIX}.torch": v.torch,
+            f"{LABEL_PREFIX}.torch-npu": v.torch_npu,
+            f"{LABEL_PREFIX}.profile": v.matrix.spec.defaults.profile,
+        }
+    pins = v.backend_pins
+    if stage.kind == "vllm" and isinstance(pins, VllmPins):
+        labels |= {
+            f"{LABEL_PREFIX}.backend": "vllm",
+            f"{LABEL_PREFIX}.vllm": pins.vllm,
+            f"{LABEL_PREFIX}.vllm-ascend": pins.vllm_ascend,
+            f"{LABEL_PREFIX}.triton-ascend": pins.triton_ascend or "",
+        }
+    if stage.kind == "sglang" and isinstance(pins, SglangPins):
+        labels |= {
+            f"{LABEL_PREFIX}.backend": "sglang",
+            f"{LABEL_PREFIX}.sglang": pins.sglang,
+            f"{LABEL_PREFIX}.sgl-kernel-npu": pins.sgl_kernel_npu.tag,
+        }
+    if stage.kind == "overlay":
+        labels[f"{LABEL_PREFIX}.profile"] = v.profile
+        if v.user_env:
+            labels[f"{LABEL_PREFIX}.user-env"] = ",".join(k for k, _ in v.user_env)
+    return labels
+
+
+def _title(stage: Stage) -> tuple[str, str, str]:
+    v = stage.variant
+    version = {
+        "base": f"{v.os}-py{v.python_version}",
+        "cann-install": v.release.cann,
+        "cann": v.release.cann,
+        "torch": v.torch_npu,
+    }.get(stage.kind, stage.tag.rsplit(":", 1)[-1])
+    if stage.kind == "vllm" and isinstance(v.backend_pins, VllmPins):
+        version = v.backend_pins.vllm_ascend
+    if stage.kind == "sglang" and isinstance(v.backend_pins, SglangPins):
+        version = v.backend_pins.sglang
+    title = stage.repo.rsplit("/", 1)[-1]
+    description = {
+        "base": f"{v.os} with Python {v.python_version} ({v.python}), tini and the ascend-images entrypoint",
+        "cann-install": f"CANN {v.release.cann} for {v.device} installed, environment not yet baked",
+        "cann": f"CANN {v.release.cann} for {v.device} with its environment baked into ENV",
+        "torch": f"torch {v.torch} + torch_npu {v.torch_npu} on CANN {v.release.cann} for {v.device}",
+        "vllm": f"vLLM-Ascend on CANN {v.release.cann} for {v.device}",
+        "sglang": f"SGLang on CANN {v.release.cann} for {v.device}",
+        "overlay": f"{stage.parent_ref} with profile {v.profile}",
+    }[stage.kind]
+    return title, description, version
+
+
+def _env_items(values: Mapping[str, EnvValue]) -> list[dict[str, str]]:
+    return [
+        {"name": e.name, "value": e.value, "comment": f"{e.layer}; source: {e.source}"}
+        for e in values.values()
+    ]
+
+
+def env_document(variant: Variant, values: Mapping[str, EnvValue], captured: Mapping[str, str] | None,
+                 scripts: list[str]) -> dict[str, Any]:
+    """/etc/ascend-images/env.json: every variable the image sets, with where it comes from."""
+    doc: dict[str, Any] = {"profile": variant.profile, "env_scripts": scripts, "variables": {}}
+    for name, value in (captured or {}).items():
+        doc["variables"][name] = {"value": value, "layer": "cann:set_env", "source": "captured from env_scripts"}
+    for name, item in values.items():
+        doc["variables"][name] = item.as_dict()
+    doc["variables"] = dict(sorted(doc["variables"].items()))
+    return doc
+
+
+class Renderer:
+    def __init__(self, images_dir: Path = IMAGES_DIR):
+        self.images_dir = images_dir
+
+    def context(self, stage: Stage, *, cann_packages: list[Any], official_image: str | None = None,
+                captured: Mapping[str, str] | None = None,
+                torch_index_url: str | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The template variables and the extra files of a stage's context."""
+        v = stage.variant
+        title, description, version = _title(stage)
+        os_spec = v.os_spec
+        py = v.python_spec
+        ctx: dict[str, Any] = {
+            "stage": {"kind": stage.kind, "parent": stage.parent_ref, "title": title,
+                      "description": description, "version": version},
+            "v": v.describe(),
+            "labels": {
+                "org.opencontainers.image.title": title,
+                "org.opencontainers.image.description": description,
+                "org.opencontainers.image.version": version,
+                "org.opencontainers.image.vendor": "ascend-images",
+                "org.opencontainers.image.licenses": "Apache-2.0",
+                "org.opencontainers.image.base.name": stage.parent_ref,
+                **stage_labels(stage),
+            },
+            "os": {"family": os_spec.family, "python_bin": os_spec.python_bin,
+                   "packages": list(os_spec.base_packages)
+                   + (list(os_spec.python_packages) if v.python == "system" else [])},
+            "python": {
+                "flavour": v.python, "version": py.version, "tarball_url": py.tarball_url or "",
+                "tarball_sha256": py.sha256.get("py311_bisheng.tar.gz", "MISSING-SHA256"),
+                "libs": [{"url": f"{py.libs_url}{lib}", "sha256": py.sha256.get(lib, "MISSING-SHA256")}
+                         for lib in py.libs],
+            },
+            "device": {"name": v.device, "opp_kernel_dir": v.device_spec.opp_kernel_dir,
+                       "soc_version": v.device_spec.soc_version},
+            "cann": {
+                "version": v.release.cann, "home": v.cann_home, "ops_package": v.cann.ops_package,
+                "source": "image" if official_image else ("local" if any(
+                    p.url.startswith("${") for p in cann_packages) else "url"),
+                "packages": [{"kind": p.kind, "url": p.url, "sha256": p.sha256} for p in cann_packages],
+                "referer": v.matrix.spec.cann.download_referer,
+                "python_deps": list(v.matrix.spec.cann.python_deps),
+            },
+            "env_scripts": v.env_scripts,
+            "captured": None,
+            "env": [],
+            "defaults": [],
+            "user_env": bool(v.user_env),
+        }
+        files: dict[str, bytes] = {}
+        if stage.kind == "base" or (stage.kind == "cann-install" and official_image):
+            files.update(self._rootfs())
+        if stage.kind == "cann":
+            baked = baked_env(v, backend=False)
+            ctx["captured"] = None if captured is None else [
+                {"name": k, "value": val, "comment": ""} for k, val in captured.items()
+            ]
+            if captured is not None:
+                ctx["env"] = ctx["captured"]
+            ctx["defaults"] = _env_items(baked)
+            files["etc/env.json"] = _json(env_document(v, baked, captured, v.env_scripts))
+            files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
+        if stage.kind == "torch":
+            local = v.arch_spec.torch_local_version
+            index = v.arch_spec.torch_index_url if torch_index_url is None else torch_index_url
+            ctx["torch"] = {"index_url": index, "requirements": ["torch", "torch-npu"]}
+            files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
+        if stage.kind == "overlay":
+            full = effective_env(v)
+            ctx["env"] = _env_items({k: e for k, e in full.items()
+                                     if e.layer.startswith("profile:") or e.layer == "user"})
+            files["etc/env.json"] = _json(env_document(v, full, captured, v.env_scripts))
+        return ctx, files
+
+    def _rootfs(self) -> dict[str, bytes]:
+        root = self.images_dir / "common" / "rootfs"
+        return {
+            f"rootfs/{p.relative_to(root).as_posix()}": p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        }
+
+    def render_text(self, stage: Stage, ctx: dict[str, Any]) -> str:
+        env = _environment(stage.variant.device, self.images_dir)
+        name = _template_name(stage.kind, stage.variant.device, self.images_dir)
+        return env.get_template(name).render(**ctx)
+
+    def write(self, stage: Stage, out_dir: Path, ctx: dict[str, Any], files: dict[str, bytes]) -> Path:
+        """Write the context to out_dir/<slug>; atomic: a temp dir renamed into place."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / stage.slug
+        dockerfile = self.render_text(stage, ctx)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{stage.slug}.", dir=out_dir))
+        try:
+            (tmp / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+            for rel, data in files.items():
+                path = tmp / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+                if rel.startswith("rootfs/"):
+                    source = self.images_dir / "common" / rel
+                    path.chmod(source.stat().st_mode & 0o777)
+            for path in [tmp, *tmp.rglob("*")]:
+                os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return target
+
+
+def _json(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
