@@ -25,7 +25,7 @@ from .errors import BuildError
 from .plan import BuildPlan, Stage
 from .progress import StageProgress, fmt_seconds, printer
 from .render import LABEL_PREFIX, Renderer
-from .sources import BuildInputs, CannSource
+from .sources import BuildInputs, Sources
 
 CONTENT_KEY_LABEL = f"{LABEL_PREFIX}.content-key"
 KEY_VERSION = "ascend-images-content-key-v1"
@@ -33,10 +33,9 @@ KEY_VERSION = "ascend-images-content-key-v1"
 
 @dataclass(frozen=True)
 class BuildSettings:
-    cann_source: CannSource
+    sources: Sources
     inputs: BuildInputs = field(default_factory=BuildInputs)
     work_dir: Path = Path("build")
-    torch_index_url: str | None = None  # None: the matrix's per-arch default
     force: bool = False  # rebuild even when an image carries the content key
     revision: str = ""  # org.opencontainers.image.revision
 
@@ -131,14 +130,7 @@ class Builder:
         captured = None
         if stage.kind == "cann":
             captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
-        source = self.settings.cann_source
-        ctx, files = self.renderer.context(
-            stage,
-            cann_packages=source.packages(stage.variant) if stage.kind == "cann-install" else [],
-            official_image=source.official_image(stage.variant) if source.kind == "image" else None,
-            captured=captured,
-            torch_index_url=self.settings.torch_index_url,
-        )
+        ctx, files = self.renderer.context(stage, self.settings.sources, captured)
         context = self.renderer.write(stage, self.context_dir, ctx, files)
         key = content_key(context, parent_id, platform)
         existing = None if self.settings.force else self._find_by_key(key)
@@ -191,8 +183,9 @@ class Builder:
     def build(self, plan: BuildPlan) -> list[StageResult]:
         total = len(plan.stages)
         started = time.monotonic()
-        cann_dir = self.settings.cann_source.directory if self.settings.cann_source.kind == "local" else None
-        with BuildServer(self.settings.inputs, cann_dir) as server:
+        sources = self.settings.sources
+        cann_dir = sources.cann.directory if sources.cann.kind == "local" else None
+        with BuildServer(self.settings.inputs, cann_dir, sources.artifacts.directory) as server:
             for index, stage in enumerate(plan.stages, 1):
                 self.results[stage.tag] = self.build_stage(stage, index, total, server)
         results = [self.results[s.tag] for s in plan.stages]

@@ -9,6 +9,7 @@ Served paths:
   /secrets/pip.conf   index, extra indexes (credentials included), trusted hosts, find-links
   /secrets/netrc      credentials for private indexes (--netrc)
   /cann/<file>        a directory of CANN .run packages (--cann-source local)
+  /artifacts/<file>   a directory of other downloads: SGLang sources, sgl-kernel-npu zips (--artifacts-dir)
   /wheelhouse/        a directory of wheels, as a find-links listing (--wheelhouse)
 """
 
@@ -99,9 +100,11 @@ class _Server(http.server.ThreadingHTTPServer):
 class BuildServer:
     """Context manager: `with BuildServer(inputs, cann_dir) as server: server.url`."""
 
-    def __init__(self, inputs: BuildInputs, cann_dir: Path | None = None, port: int = PREFERRED_PORT):
+    def __init__(self, inputs: BuildInputs, cann_dir: Path | None = None, artifacts_dir: Path | None = None,
+                 port: int = PREFERRED_PORT):
         self.inputs = inputs
         self.cann_dir = cann_dir
+        self.artifacts_dir = artifacts_dir
         self.port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -135,6 +138,8 @@ class BuildServer:
             server.mounts["/wheelhouse"] = self.inputs.wheelhouse
         if self.cann_dir is not None:
             server.mounts["/cann"] = self.cann_dir
+        if self.artifacts_dir is not None:
+            server.mounts["/artifacts"] = self.artifacts_dir
         server.documents["/secrets/pip.conf"] = self.inputs.pip_conf(self.url).encode()
         self._thread = threading.Thread(target=server.serve_forever, name="ascend-build-server", daemon=True)
         self._thread.start()

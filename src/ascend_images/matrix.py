@@ -41,7 +41,8 @@ def suggest(value: str, valid: Iterable[str]) -> str:
 def unknown(kind: str, value: str, valid: Iterable[str], where: str = "") -> str:
     valid = sorted(valid)
     loc = f" ({where})" if where else ""
-    return f"unknown {kind} {value!r}{loc}{suggest(value, valid)} valid: {', '.join(valid)}"
+    hint = suggest(value, valid) or "."
+    return f"unknown {kind} {value!r}{loc}{hint} Valid: {', '.join(valid)}"
 
 
 @dataclass(frozen=True)

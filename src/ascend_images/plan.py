@@ -22,7 +22,8 @@ BACKEND_REPOS = {"none": "torch-npu", "vllm": "vllm-ascend", "sglang": "sglang"}
 class PlanOptions:
     cann_source: CannSource
     namespace: str = DEFAULT_NAMESPACE
-    base_image: str | None = None  # default: the matrix's image for the OS
+    # (os, arch) -> the image the base stage starts FROM; default: the matrix's image for the OS
+    base_images: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -123,7 +124,8 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
             install = add("cann-install", stage_tag("cann-install", v, ns), v, None,
                           options.cann_source.official_image(v))
         else:
-            base = add("base", stage_tag("base", v, ns), v, None, options.base_image or v.os_spec.image)
+            base_image = options.base_images.get((v.os, v.arch), v.os_spec.image)
+            base = add("base", stage_tag("base", v, ns), v, None, base_image)
             install = add("cann-install", stage_tag("cann-install", v, ns), v, base)
         cann = add("cann", stage_tag("cann", v, ns), v, install)
         top = add("torch", stage_tag("torch", v, ns), v, cann)

@@ -21,6 +21,7 @@ from .envs import EnvValue, baked_env, effective_env
 from .matrix import Variant
 from .plan import Stage
 from .schema import SglangPins, VllmPins
+from .sources import Sources
 
 IMAGES_DIR = Path(__file__).resolve().parents[2] / "images"
 FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
@@ -51,6 +52,7 @@ def _environment(device: str, images_dir: Path) -> jinja2.Environment:
         f"{i['name']}={dockerfile_value(i['value'])}" for i in items
     )
     env.filters["cann_arg"] = lambda p: f"{p['kind']}={p['url']}#{p['sha256']}"
+    env.filters["artifact_arg"] = lambda a: f"{a['url']}#{a['sha256']}"
     return env
 
 
@@ -155,17 +157,15 @@ class Renderer:
     def __init__(self, images_dir: Path = IMAGES_DIR):
         self.images_dir = images_dir
 
-    def context(self, stage: Stage, *, cann_packages: list[Any], official_image: str | None = None,
-                captured: Mapping[str, str] | None = None,
-                torch_index_url: str | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    def context(self, stage: Stage, sources: Sources,
+                captured: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The template variables and the extra files of a stage's context."""
         v = stage.variant
         title, description, version = _title(stage)
         os_spec = v.os_spec
-        py = v.python_spec
+        official_image = sources.cann.official_image(v) if sources.cann.kind == "image" else None
         ctx: dict[str, Any] = {
-            "stage": {"kind": stage.kind, "parent": stage.parent_ref, "title": title,
-                      "description": description, "version": version},
+            "stage": {"kind": stage.kind, "parent": stage.parent_ref},
             "v": v.describe(),
             "labels": {
                 "org.opencontainers.image.title": title,
@@ -179,22 +179,12 @@ class Renderer:
             "os": {"family": os_spec.family, "python_bin": os_spec.python_bin,
                    "packages": list(os_spec.base_packages)
                    + (list(os_spec.python_packages) if v.python == "system" else [])},
-            "python": {
-                "flavour": v.python, "version": py.version, "tarball_url": py.tarball_url or "",
-                "tarball_sha256": py.sha256.get("py311_bisheng.tar.gz", "MISSING-SHA256"),
-                "libs": [{"url": f"{py.libs_url}{lib}", "sha256": py.sha256.get(lib, "MISSING-SHA256")}
-                         for lib in py.libs],
-            },
+            "python": {"flavour": v.python, "version": v.python_version},
             "device": {"name": v.device, "opp_kernel_dir": v.device_spec.opp_kernel_dir,
-                       "soc_version": v.device_spec.soc_version},
-            "cann": {
-                "version": v.release.cann, "home": v.cann_home, "ops_package": v.cann.ops_package,
-                "source": "image" if official_image else ("local" if any(
-                    p.url.startswith("${") for p in cann_packages) else "url"),
-                "packages": [{"kind": p.kind, "url": p.url, "sha256": p.sha256} for p in cann_packages],
-                "referer": v.matrix.spec.cann.download_referer,
-                "python_deps": list(v.matrix.spec.cann.python_deps),
-            },
+                       "soc_version": v.device_spec.soc_version, "chip": v.device_spec.chip},
+            "cann": {"version": v.release.cann, "home": v.cann_home, "ops_package": v.cann.ops_package,
+                     "source": sources.cann.kind, "referer": v.matrix.spec.cann.download_referer,
+                     "python_deps": list(v.matrix.spec.cann.python_deps), "packages": []},
             "env_scripts": v.env_scripts,
             "captured": None,
             "env": [],
@@ -204,21 +194,35 @@ class Renderer:
         files: dict[str, bytes] = {}
         if stage.kind == "base" or (stage.kind == "cann-install" and official_image):
             files.update(self._rootfs())
+        if stage.kind == "base" and v.python != "system":
+            ctx["python"]["artifacts"] = _bisheng_artifacts(v, sources)
+        if stage.kind == "cann-install":
+            ctx["cann"]["packages"] = [
+                {"kind": p.kind, "url": p.url, "sha256": p.sha256} for p in sources.cann.packages(v)
+            ]
         if stage.kind == "cann":
             baked = baked_env(v, backend=False)
-            ctx["captured"] = None if captured is None else [
-                {"name": k, "value": val, "comment": ""} for k, val in captured.items()
-            ]
             if captured is not None:
-                ctx["env"] = ctx["captured"]
+                ctx["captured"] = ctx["env"] = [{"name": k, "value": val, "comment": ""}
+                                                for k, val in captured.items()]
             ctx["defaults"] = _env_items(baked)
             files["etc/env.json"] = _json(env_document(v, baked, captured, v.env_scripts))
             files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
         if stage.kind == "torch":
             local = v.arch_spec.torch_local_version
-            index = v.arch_spec.torch_index_url if torch_index_url is None else torch_index_url
+            index = v.arch_spec.torch_index_url if sources.torch_index_url is None else sources.torch_index_url
             ctx["torch"] = {"index_url": index, "requirements": ["torch", "torch-npu"]}
             files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
+        if stage.kind in ("vllm", "sglang"):
+            baked = baked_env(v, backend=True)
+            below = baked_env(v, backend=False)
+            # only what the backend layer changes after profile precedence is applied
+            ctx["defaults"] = _env_items({k: e for k, e in baked.items()
+                                          if k not in below or below[k].value != e.value})
+            ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
+            files["etc/env.json"] = _json(env_document(v, baked, captured, v.env_scripts))
+        if stage.kind == "sglang":
+            ctx["artifacts"] = _sglang_artifacts(v, sources)
         if stage.kind == "overlay":
             full = effective_env(v)
             ctx["env"] = _env_items({k: e for k, e in full.items()
@@ -263,6 +267,27 @@ class Renderer:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return target
+
+
+def _bisheng_artifacts(v: Variant, sources: Sources) -> list[dict[str, str]]:
+    py = v.python_spec
+    wanted = {"python": ("py311_bisheng.tar.gz", py.tarball_url or "")}
+    wanted |= {lib: (lib, f"{py.libs_url}{lib}") for lib in py.libs}
+    resolved = sources.artifacts.resolve(f"python {v.python}", wanted, py.sha256)
+    return [{"url": a.url, "sha256": a.sha256} for a in resolved.values()]
+
+
+def _sglang_artifacts(v: Variant, sources: Sources) -> dict[str, dict[str, str]]:
+    pins = v.backend_pins
+    assert isinstance(pins, SglangPins)
+    spec = v.matrix.spec.backends["sglang"]
+    fmt = {"version": pins.sglang, "tag": pins.sgl_kernel_npu.tag, "torch": v.torch,
+           "cann": v.cann_version.tag, "chip": v.device_spec.chip, "arch": v.arch}
+    kernel = "kernel_release" if pins.sgl_kernel_npu.from_ == "release" else "kernel_source"
+    wanted = {key: (spec.artifacts[key].file.format(**fmt), spec.artifacts[key].url.format(**fmt))
+              for key in ("sglang_source", kernel)}
+    resolved = sources.artifacts.resolve(f"sglang {pins.sglang}", wanted, spec.sha256)
+    return {key: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": key} for key, a in resolved.items()}
 
 
 def _json(doc: Any) -> bytes:

@@ -106,8 +106,15 @@ class TorchSpec(Strict):
     pairs: dict[str, TorchPairSpec]
 
 
+class ArtifactSpec(Strict):
+    file: str  # the name it has in a local --artifacts-dir
+    url: str  # where a connected host downloads it
+
+
 class BackendSpec(Strict):
     description: str
+    artifacts: dict[str, ArtifactSpec] = Field(default_factory=dict)
+    sha256: dict[str, str] = Field(default_factory=dict)
     packages: list[str] = Field(default_factory=list)
     min_a3: str | None = None
     vllm_exceptions: dict[str, list[str]] = Field(default_factory=dict)
@@ -132,6 +139,8 @@ class VllmPins(Strict):
 class SglangPins(Strict):
     sglang: str
     sgl_kernel_npu: SglKernelNpu
+    # the NPU project file that replaces python/pyproject.toml before install (SG; VQ for 0.5.8)
+    project_file: str = "pyproject_npu.toml"
 
 
 class ReleaseBackends(Strict):

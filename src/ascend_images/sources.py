@@ -20,6 +20,8 @@ SERVER_VAR = "${ASCEND_BUILD_SERVER}"
 
 @dataclass(frozen=True)
 class CannPackage:
+    """One CANN .run file, in install order."""
+
     kind: str  # toolkit | ops | nnal
     file: str
     url: str
@@ -55,12 +57,47 @@ def sha256_file(path: Path) -> str:
     return _hash_cache[key]
 
 
+MISSING_SHA256 = "sha256-missing"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    file: str
+    url: str
+    sha256: str
+
+
+def resolve_artifacts(what: str, wanted: dict[str, tuple[str, str]], known: dict[str, str],
+                      directory: Path | None, mount: str, strict: bool) -> dict[str, Artifact]:
+    """wanted: key -> (file name, upstream URL). From `directory` (served by the build server under
+    /<mount>/, sha256 computed here) or from upstream (sha256 from `known`, required when strict)."""
+    out: dict[str, Artifact] = {}
+    if directory is not None:
+        missing = [f for f, _ in wanted.values() if not (directory / f).is_file()]
+        if missing:
+            have = sorted(p.name for p in directory.iterdir() if p.is_file()) or ["(nothing)"]
+            raise SelectionError(f"{what} needs {', '.join(missing)} in {directory}; it has: {', '.join(have)}")
+        for key, (file, _) in wanted.items():
+            out[key] = Artifact(file, f"{SERVER_VAR}/{mount}/{file}", sha256_file(directory / file))
+        return out
+    missing = [f for f, _ in wanted.values() if f not in known]
+    if missing and strict:
+        raise SelectionError(
+            f"{what}: no sha256 for {', '.join(missing)}; add it to matrix.yaml or pass --checksums FILE "
+            "(sha256sum format), or put the files in a local directory (--cann-dir / --artifacts-dir)"
+        )
+    for key, (file, url) in wanted.items():
+        out[key] = Artifact(file, url, known.get(file, MISSING_SHA256))
+    return out
+
+
 @dataclass(frozen=True)
 class CannSource:
     kind: CannSourceKind
     directory: Path | None = None  # local: a directory of .run packages
     checksums: dict[str, str] = field(default_factory=dict)  # url: file -> sha256, over the matrix's
     image: str | None = None  # image: override the official image reference
+    strict: bool = True  # False only to preview (render) without checksums
 
     def __post_init__(self) -> None:
         if self.kind == "local":
@@ -70,42 +107,18 @@ class CannSource:
                 raise SelectionError(f"--cann-dir {self.directory}: not a directory")
 
     def packages(self, variant: Variant) -> list[CannPackage]:
-        files = variant.package_files()
-        if self.kind == "local":
-            return self._local(variant, files)
-        if self.kind == "url":
-            return self._url(variant, files)
-        return []
-
-    def _local(self, variant: Variant, files: dict[str, str]) -> list[CannPackage]:
-        assert self.directory is not None
-        missing = [f for f in files.values() if not (self.directory / f).is_file()]
-        if missing:
-            have = sorted(p.name for p in self.directory.glob("*.run")) or ["(no .run files)"]
-            raise SelectionError(
-                f"CANN {variant.release.cann} for {variant.device}/{variant.arch} needs "
-                f"{', '.join(missing)} in --cann-dir {self.directory}; it has: {', '.join(have)}"
-            )
-        return [
-            CannPackage(kind, f, f"{SERVER_VAR}/cann/{f}", sha256_file(self.directory / f))
-            for kind, f in files.items()
-        ]
-
-    def _url(self, variant: Variant, files: dict[str, str]) -> list[CannPackage]:
+        if self.kind == "image":
+            return []
         cann = variant.matrix.spec.cann
-        known = {**variant.cann.sha256, **self.checksums}
-        missing = [f for f in files.values() if f not in known]
-        if missing:
-            raise SelectionError(
-                f"--cann-source url: no sha256 for {', '.join(missing)} (CANN {variant.release.cann}); "
-                "add them to matrix.yaml cann.releases.<version>.sha256 or pass --checksums FILE "
-                "(sha256sum format), or use --cann-source local --cann-dir DIR"
-            )
         version = urllib.parse.quote(variant.release.cann)
-        return [
-            CannPackage(kind, f, cann.download_url.format(version=version, file=f), known[f])
-            for kind, f in files.items()
-        ]
+        wanted = {kind: (f, cann.download_url.format(version=version, file=f))
+                  for kind, f in variant.package_files().items()}
+        resolved = resolve_artifacts(
+            f"CANN {variant.release.cann} for {variant.device}/{variant.arch}", wanted,
+            {**variant.cann.sha256, **self.checksums},
+            self.directory if self.kind == "local" else None, "cann", self.strict,
+        )
+        return [CannPackage(kind, a.file, a.url, a.sha256) for kind, a in resolved.items()]
 
     def official_image(self, variant: Variant) -> str:
         if self.image:
@@ -121,6 +134,30 @@ class CannSource:
             f"{OFFICIAL_CANN_IMAGE}:{variant.cann_version.tag}-{variant.device_spec.chip}-"
             f"{official_os}-py{variant.python_version}"
         )
+
+
+@dataclass(frozen=True)
+class ArtifactSource:
+    """Downloads that are not on PyPI: SGLang source trees, sgl-kernel-npu zips, BiSheng Python."""
+
+    directory: Path | None = None  # --artifacts-dir, for air-gapped hosts
+    checksums: dict[str, str] = field(default_factory=dict)
+    strict: bool = True
+
+    def __post_init__(self) -> None:
+        if self.directory is not None and not self.directory.is_dir():
+            raise SelectionError(f"--artifacts-dir {self.directory}: not a directory")
+
+    def resolve(self, what: str, wanted: dict[str, tuple[str, str]], known: dict[str, str]) -> dict[str, Artifact]:
+        return resolve_artifacts(what, wanted, {**known, **self.checksums}, self.directory, "artifacts",
+                                 self.strict)
+
+
+@dataclass(frozen=True)
+class Sources:
+    cann: CannSource
+    artifacts: ArtifactSource = field(default_factory=ArtifactSource)
+    torch_index_url: str | None = None  # None: the matrix's per-arch default; "" for none
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ from packaging.version import Version
 
 _ASCEND_RE = re.compile(
     r"^(?P<major>\d+)\.(?P<minor>\d+)"
-    r"(?:\.(?:(?P<rc>[Rr][Cc])(?P<rcnum>\d+)|(?P<patch>\d+)))?"
-    r"(?:\.(?P<extra>[A-Za-z0-9.]+))?$"
+    r"(?:\.(?:(?P<rc>[Rr][Cc])(?P<rcnum>\d+)|(?P<patch>\d+))(?:\.(?P<extra>[A-Za-z0-9.]+))?)?$"
 )
 
 

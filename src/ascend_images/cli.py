@@ -1,0 +1,288 @@
+"""What each invoke task does, kept out of tasks.py so the tasks stay thin and testable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .envs import effective_env
+from .errors import AscendImagesError, SelectionError
+from .matrix import Matrix, Variant, all_variants, load_matrix, parse_env_overrides, select
+from .plan import BuildPlan, PlanOptions, make_plan
+from .render import Renderer
+from .rules import RULES, enforce, evaluate
+from .sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
+
+Out = Callable[[str], None]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Selection:
+    """The selection flags every task takes."""
+
+    matrix: str = "matrix.yaml"
+    device: str | None = None
+    backend: str | None = None
+    release: str | None = None
+    os: str | None = None
+    arch: str | None = None
+    python: str | None = None
+    profile: str | None = None
+    env: list[str] = field(default_factory=list)
+
+    def load(self) -> Matrix:
+        return load_matrix(self.matrix)
+
+    def variants(self, matrix: Matrix | None = None) -> list[Variant]:
+        matrix = matrix or self.load()
+        return select(matrix, device=self.device, backend=self.backend, release=self.release, os=self.os,
+                      arch=self.arch, python=self.python, profile=self.profile,
+                      env=parse_env_overrides(self.env))
+
+
+@dataclass
+class SourceFlags:
+    cann_source: str | None = None
+    cann_dir: str | None = None
+    cann_image: str | None = None
+    checksums: str | None = None
+    artifacts_dir: str | None = None
+    torch_index_url: str | None = None
+
+    def sources(self, matrix: Matrix, *, strict: bool = True) -> Sources:
+        kind = self.cann_source or matrix.spec.defaults.cann_source
+        if self.cann_dir and not self.cann_source:
+            kind = "local"
+        if kind not in ("image", "url", "local"):
+            raise SelectionError(f"--cann-source {kind!r}: valid: image, url, local")
+        checksums = parse_checksums(Path(self.checksums)) if self.checksums else {}
+        cann = CannSource(kind, Path(self.cann_dir) if self.cann_dir else None, checksums, self.cann_image,
+                          strict=strict)  # type: ignore[arg-type]
+        artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict)
+        return Sources(cann, artifacts, self.torch_index_url)
+
+
+def check_rules(variants: list[Variant], out: Out) -> None:
+    enforce(variants, warn=lambda w: out(f"warning: {w}"))
+
+
+# --- invoke matrix -------------------------------------------------------------------------------
+def show_matrix(sel: Selection, out: Out) -> int:
+    matrix = sel.load()
+    variants = all_variants(matrix)
+    violations = evaluate(variants)
+    by_variant: dict[str, list[str]] = {}
+    for v in violations:
+        by_variant.setdefault(v.variant, []).append(f"{v.rule.severity}:{v.rule.id}")
+    out(f"{matrix.path}: {len(matrix.spec.releases)} releases, {len(variants)} variants, {len(RULES)} rules\n")
+    out(f"{'release':28} {'cann':8} {'hdk>=':9} {'torch':7} {'torch_npu':13} {'python':15} backends")
+    for name, rel in matrix.spec.releases.items():
+        backends = []
+        for b in sorted(rel.backends.model_fields_set):
+            pins = getattr(rel.backends, b)
+            backends.append(b if not hasattr(pins, "model_dump") else
+                            f"{b}({', '.join(f'{k}={v}' for k, v in pins.model_dump().items() if isinstance(v, str))})")
+        pair = matrix.spec.torch.pairs[rel.torch_npu]
+        hdk = rel.hdk_floor or matrix.spec.cann.releases[rel.cann].hdk_floor
+        out(f"{name:28} {rel.cann:8} {hdk:9} {pair.torch:7} {rel.torch_npu:13} {','.join(rel.python):15} "
+            f"{' '.join(backends)}")
+    out("")
+    out(f"{'variant':70} status")
+    errors = 0
+    for v in variants:
+        marks = by_variant.get(v.name, [])
+        errors += any(m.startswith("error") for m in marks)
+        out(f"{v.name:70} {'ok' if not marks else ' '.join(marks)}")
+    out(f"\n{len(variants) - len(by_variant)} clean, {len(by_variant)} with findings, {errors} with errors")
+    return 1 if errors else 0
+
+
+# --- invoke env ------------------------------------------------------------------------------------
+def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
+    variants = sel.variants()
+    check_rules(variants, out)
+    for v in variants:
+        env = effective_env(v)
+        if as_json:
+            out(json.dumps({"variant": v.name, "variables": {k: e.as_dict() for k, e in env.items()}}, indent=2))
+            continue
+        out(f"# {v.name} (profile {v.profile})")
+        out(f"{'NAME':48} {'VALUE':28} {'LAYER':18} SOURCE")
+        for e in env.values():
+            over = f"  (overrides {', '.join(f'{layer}={value}' for layer, value in e.overrides)})" if e.overrides \
+                else ""
+            out(f"{e.name:48} {e.value:28} {e.layer:18} {e.source}{over}")
+        out("# plus what the CANN env scripts set, captured at build time: " + "; ".join(v.env_scripts))
+    return 0
+
+
+# --- invoke render ---------------------------------------------------------------------------------
+def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out,
+                     namespace: str = "ascend-images", base_image: str | None = None) -> BuildPlan:
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    sources = flags.sources(matrix, strict=False)
+    plan = make_plan(variants, PlanOptions(sources.cann, namespace, base_images(variants, base_image)))
+    renderer = Renderer()
+    # render everything in memory first: a failure leaves no new directory behind
+    rendered = []
+    for stage in plan.stages:
+        ctx, files = renderer.context(stage, sources)
+        renderer.render_text(stage, ctx)
+        rendered.append((stage, ctx, files))
+    for stage, ctx, files in rendered:
+        path = renderer.write(stage, out_dir, ctx, files)
+        out(f"{stage.kind:13} {stage.tag:80} {path}")
+    if any("sha256-missing" in (out_dir / s.slug / "Dockerfile").read_text() for s in plan.stages):
+        out("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
+            "(--checksums FILE, or --cann-dir/--artifacts-dir)")
+    return plan
+
+
+def base_images(variants: Iterable[Variant], explicit: str | None,
+                exists: Callable[[str], bool] | None = None) -> dict[tuple[str, str], str]:
+    """(os, arch) -> the image the base stage starts FROM.
+
+    --base-image wins; else a locally made `ascend-images/os:<os>-<arch>` (invoke os-image) when the
+    engine has it; else the matrix's image for that OS.
+    """
+    from .osimage import local_os_image
+
+    pairs = sorted({(v.os, v.arch) for v in variants})
+    if explicit and len(pairs) > 1:
+        raise SelectionError(
+            f"--base-image names one image but the selection spans {len(pairs)} OS/arch pairs "
+            f"({', '.join(f'{o}/{a}' for o, a in pairs)}); select one --os and one --arch"
+        )
+    out = {}
+    for v in variants:
+        key = (v.os, v.arch)
+        if explicit:
+            out[key] = explicit
+            continue
+        local = local_os_image(v.os, v.arch_spec.debian_arch)
+        out[key] = local if exists and exists(local) else v.os_spec.image
+    return out
+
+
+# --- invoke lint -----------------------------------------------------------------------------------
+def lint(sel: Selection, out: Out, work_dir: Path) -> int:
+    status = 0
+    out("ruff check src tests tasks.py")
+    status |= subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
+                             cwd=PROJECT_ROOT).returncode
+    matrix = sel.load()
+    variants = all_variants(matrix)
+    sources = SourceFlags().sources(matrix, strict=False)
+    renderer = Renderer()
+    target = work_dir / "lint"
+    if target.exists():
+        shutil.rmtree(target)
+    dockerfiles = []
+    for kind in ("url", "image"):
+        cann = CannSource(kind, strict=False)  # type: ignore[arg-type]
+        plan = make_plan(variants, PlanOptions(cann))
+        for stage in plan.stages:
+            ctx, files = renderer.context(stage, Sources(cann, sources.artifacts))
+            dockerfiles.append(renderer.write(stage, target / kind, ctx, files) / "Dockerfile")
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        raise AscendImagesError("hadolint is not installed: pip install -e '.[lint]'")
+    out(f"hadolint --failure-threshold error on {len(dockerfiles)} rendered Dockerfiles "
+        f"({len(variants)} variants, CANN sources url and image)")
+    result = subprocess.run([hadolint, "--failure-threshold", "error", "--no-color", *map(str, dockerfiles)],
+                            capture_output=True, text=True)
+    findings = [line for line in result.stdout.splitlines() if line.strip()]
+    errors = [line for line in findings if " error:" in line]
+    for line in errors:
+        out(line)
+    out(f"hadolint: {len(errors)} errors, {len(findings) - len(errors)} warnings/infos")
+    status |= result.returncode
+    return status
+
+
+def env_flag(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value or None
+
+
+# --- invoke build / os-image -----------------------------------------------------------------------
+@dataclass
+class InputFlags:
+    os_mirror: str | None = None
+    pip_index_url: str | None = None
+    pip_extra_index_url: list[str] = field(default_factory=list)
+    pip_trusted_host: list[str] = field(default_factory=list)
+    offline: bool = False
+    wheelhouse: str | None = None
+    ca_bundle: str | None = None
+    netrc: str | None = None
+
+    def inputs(self) -> BuildInputs:
+        # credentials are better kept off the command line: the environment is read too
+        index = self.pip_index_url or env_flag("ASCEND_IMAGES_PIP_INDEX_URL") or ""
+        extra = list(self.pip_extra_index_url)
+        if env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL"):
+            extra += env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL").split()  # type: ignore[union-attr]
+        return BuildInputs(
+            os_mirror=self.os_mirror or "",
+            pip_index_url=index,
+            pip_extra_index_urls=tuple(extra),
+            pip_trusted_hosts=tuple(self.pip_trusted_host),
+            pip_offline=self.offline,
+            wheelhouse=Path(self.wheelhouse) if self.wheelhouse else None,
+            ca_bundle=Path(self.ca_bundle) if self.ca_bundle else None,
+            netrc=Path(self.netrc) if self.netrc else None,
+        )
+
+
+def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
+                    work_dir: Path = Path("build"), namespace: str = "ascend-images",
+                    base_image: str | None = None, force: bool = False) -> tuple[BuildPlan, list]:
+    """Validate everything, then build; returns (plan, results)."""
+    from .build import Builder, BuildSettings, git_revision
+    from .engine import connect, image_exists
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    sources = flags.sources(matrix)
+    inputs = input_flags.inputs()
+    client = connect()
+    bases = base_images(variants, base_image, lambda ref: image_exists(client, ref))
+    plan = make_plan(variants, PlanOptions(sources.cann, namespace, bases))
+    # resolve every download before the first stage starts, so a missing checksum fails in seconds
+    for stage in plan.stages:
+        if stage.kind == "cann-install":
+            sources.cann.packages(stage.variant)
+    out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
+    for stage in plan.stages:
+        out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
+    settings = BuildSettings(sources, inputs, work_dir, force=force, revision=git_revision(PROJECT_ROOT))
+    builder = Builder(client, settings, out=out)
+    results = builder.build(plan)
+    for v in variants:
+        out(f"image for {v.name}: {plan.top(v).tag}")
+    return plan, results
+
+
+def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: str | None = None,
+                  work_dir: Path = Path("build")) -> str:
+    from .engine import connect
+    from .osimage import make_os_image as make
+    from .osimage import os_image_spec
+
+    spec = os_image_spec(load_matrix(matrix_path), os_name, arch, mirror)
+    client = connect()
+    out(f"debootstrap {spec.suite} ({spec.docker_arch}) from {spec.mirror} -> {spec.tag}")
+    tag = make(client, spec, work_dir / "logs")
+    out(f"loaded {tag}")
+    return tag

@@ -1,0 +1,117 @@
+"""invoke tasks: parse flags, call ascend_images, print. `invoke --list` describes each one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
+
+from ascend_images import cli
+from ascend_images.errors import AscendImagesError
+
+SELECTION_HELP = {
+    "device": "a2, a3 or both (comma-separated); default: both",
+    "backend": "none, vllm, sglang (comma-separated); default: none",
+    "release": "a release name from matrix.yaml; default: the matrix's default for (device, backend)",
+    "os": "debian12, ubuntu22.04, openeuler24.03; default: the matrix's",
+    "arch": "x86_64, aarch64 (comma-separated); default: the matrix's",
+    "python": "system or bisheng; default: the matrix's",
+    "profile": "environment profile: production (default) or debug",
+    "env": "KEY=VALUE over the tuned defaults (repeatable)",
+    "matrix": "path of the version matrix (default ./matrix.yaml)",
+}
+SOURCE_HELP = {
+    "cann_source": "image | url | local (default: the matrix's)",
+    "cann_dir": "directory of CANN .run packages (implies --cann-source local)",
+    "cann_image": "FROM this image instead of the official CANN image (--cann-source image)",
+    "checksums": "sha256sum-style file for downloads the matrix has no checksum for",
+    "artifacts_dir": "directory of other downloads (SGLang sources, sgl-kernel-npu zips, BiSheng Python)",
+    "torch_index_url": "extra pip index for torch ('' for none); default per arch from the matrix",
+}
+INPUT_HELP = {
+    "os_mirror": "replaces the OS's package host during the build (the image keeps stock sources)",
+    "pip_index_url": "pip index (may hold credentials; or set ASCEND_IMAGES_PIP_INDEX_URL)",
+    "pip_extra_index_url": "extra pip index (repeatable)",
+    "pip_trusted_host": "pip trusted host (repeatable)",
+    "offline": "no pip index at all: install only from --wheelhouse",
+    "wheelhouse": "directory of wheels pip may install from",
+    "ca_bundle": "extra CA bundle for TLS during the build (never stored in the image)",
+    "netrc": "netrc file with private index credentials (never stored in the image)",
+    "base_image": "FROM this image for the base stage (default: ascend-images/os:<os>-<arch> if present)",
+    "namespace": "repository namespace of the tags (default ascend-images)",
+    "work_dir": "where contexts, logs and reports go (default ./build)",
+    "force": "rebuild every stage even when an image carries its content key",
+}
+SELECTION_ITERABLE = ["env"]
+
+
+def _selection(matrix, device, backend, release, os, arch, python, profile, env) -> cli.Selection:
+    return cli.Selection(matrix, device, backend, release, os, arch, python, profile, list(env or []))
+
+
+def _run(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except AscendImagesError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+
+
+@task(help=SELECTION_HELP, iterable=SELECTION_ITERABLE)
+def matrix(c, matrix="matrix.yaml", device=None, backend=None, release=None, os=None, arch=None, python=None,
+           profile=None, env=None):
+    """Releases and every variant of matrix.yaml, with their compatibility status."""
+    code = _run(cli.show_matrix, _selection(matrix, device, backend, release, os, arch, python, profile, env), print)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={**SELECTION_HELP, "json": "print JSON"}, iterable=SELECTION_ITERABLE)
+def env(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
+        matrix="matrix.yaml", json=False):
+    """The environment a variant's image carries: name, value, layer and source."""
+    _run(cli.show_env, _selection(matrix, device, backend, release, os, arch, python, profile, env), print, json)
+
+
+@task(help={**SELECTION_HELP, **SOURCE_HELP, "out": "output directory (default build/contexts)",
+            "base_image": INPUT_HELP["base_image"], "namespace": INPUT_HELP["namespace"]},
+      iterable=SELECTION_ITERABLE)
+def render(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
+           matrix="matrix.yaml", out="build/contexts", cann_source=None, cann_dir=None, cann_image=None,
+           checksums=None, artifacts_dir=None, torch_index_url=None, base_image=None, namespace="ascend-images"):
+    """Render the build context (Dockerfile and files) of every stage of the selection."""
+    _run(cli.render_selection, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
+         Path(out), print, namespace, base_image)
+
+
+@task(help={**SELECTION_HELP, **SOURCE_HELP, **INPUT_HELP},
+      iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
+def build(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
+          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None,
+          pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None,
+          netrc=None, base_image=None, namespace="ascend-images", work_dir="build", force=False):
+    """Build the selection's images on the local Docker engine (shared stages built once)."""
+    _run(cli.build_selection, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
+         cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
+                        offline, wheelhouse, ca_bundle, netrc),
+         print, work_dir=Path(work_dir), namespace=namespace, base_image=base_image, force=force)
+
+
+@task(name="os-image", help={"os": "debian12", "arch": "x86_64 or aarch64 (foreign arches need qemu-user-static)",
+                             "mirror": "Debian mirror (default deb.debian.org)", "matrix": SELECTION_HELP["matrix"]})
+def os_image(c, os="debian12", arch="aarch64", mirror=None, matrix="matrix.yaml"):
+    """Make the OS base image locally with debootstrap (for hosts with no registry)."""
+    _run(cli.make_os_image, matrix, os, arch, print, mirror)
+
+
+@task(help={"matrix": SELECTION_HELP["matrix"], "work_dir": INPUT_HELP["work_dir"]})
+def lint(c, matrix="matrix.yaml", work_dir="build"):
+    """ruff, and hadolint on every rendered Dockerfile of every release."""
+    code = _run(cli.lint, cli.Selection(matrix), print, Path(work_dir))
+    if code:
+        raise Exit(code=code)

@@ -1,0 +1,65 @@
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ascend_images.buildserver import BuildServer
+from ascend_images.envcapture import clean_path_list, diff_env
+from ascend_images.errors import SelectionError
+from ascend_images.sources import BuildInputs
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read()
+
+
+def test_serves_secrets_packages_and_wheel_listing(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nX\n")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"w")
+    cann = tmp_path / "cann"
+    cann.mkdir()
+    (cann / "a.run").write_bytes(b"run")
+    inputs = BuildInputs(ca_bundle=ca, wheelhouse=wheels, pip_index_url="https://mirror.example/simple")
+    with BuildServer(inputs, cann, port=0) as server:
+        assert get(f"{server.url}/secrets/ca.pem") == ca.read_bytes()
+        assert get(f"{server.url}/cann/a.run") == b"run"
+        listing = get(f"{server.url}/wheelhouse/").decode()
+        assert 'href="torch-2.13.0%2Bcpu-cp311' in listing
+        conf = get(f"{server.url}/secrets/pip.conf").decode()
+        assert "index-url = https://mirror.example/simple" in conf
+        assert f"find-links = {server.url}/wheelhouse/" in conf
+        with pytest.raises(urllib.error.HTTPError):
+            get(f"{server.url}/cann/../ca.pem")
+        with pytest.raises(urllib.error.HTTPError):
+            get(f"{server.url}/secrets/netrc")
+
+
+def test_credentials_get_an_unguessable_prefix(tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine pypi.corp login u password p\n")
+    with BuildServer(BuildInputs(netrc=netrc), port=0) as server:
+        prefix = server.url.rsplit("/", 1)[-1]
+        assert len(prefix) >= 16
+        assert get(f"{server.url}/secrets/netrc") == netrc.read_bytes()
+        root = server.url[: -len(prefix) - 1]
+        with pytest.raises(urllib.error.HTTPError):
+            get(f"{root}/secrets/netrc")
+
+
+def test_input_validation(tmp_path):
+    with pytest.raises(SelectionError, match="--wheelhouse .* does not exist"):
+        BuildInputs(wheelhouse=tmp_path / "nope")
+    with pytest.raises(SelectionError, match="--offline needs --wheelhouse"):
+        BuildInputs(pip_offline=True)
+
+
+def test_env_diff_cleans_path_lists():
+    before = {"PATH": "/usr/bin", "HOME": "/root", "SHLVL": "1"}
+    after = {"PATH": "/a/bin:/usr/bin:/a/bin", "HOME": "/root", "SHLVL": "2", "LD_LIBRARY_PATH": "/a/lib:",
+             "ASCEND_HOME_PATH": "/a"}
+    assert diff_env(before, after) == {"ASCEND_HOME_PATH": "/a", "LD_LIBRARY_PATH": "/a/lib", "PATH": "/a/bin:/usr/bin"}
+    assert clean_path_list("::/x::/y:/x:") == "/x:/y"

@@ -1,0 +1,163 @@
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from ascend_images.errors import SelectionError
+from ascend_images.matrix import select
+from ascend_images.plan import PlanOptions, make_plan
+from ascend_images.render import Renderer, dockerfile_value
+from ascend_images.sources import ArtifactSource, CannSource, Sources
+
+from .helpers import ROOT
+
+
+def fake_cann_dir(tmp_path: Path, files: list[str]) -> Path:
+    d = tmp_path / "cann"
+    d.mkdir(exist_ok=True)
+    for f in files:
+        (d / f).write_text(f"payload of {f}")
+    return d
+
+
+def render_all(matrix, tmp_path, sources, **select_kwargs):
+    variants = select(matrix, **select_kwargs)
+    plan = make_plan(variants, PlanOptions(sources.cann))
+    renderer = Renderer()
+    out = {}
+    for stage in plan.stages:
+        ctx, files = renderer.context(stage, sources, captured={"ASCEND_HOME_PATH": "/x"} if stage.kind == "cann"
+                                      else None)
+        out[stage.kind + ":" + stage.variant.device] = renderer.write(stage, tmp_path / "ctx", ctx, files)
+    return plan, out
+
+
+def url_sources():
+    return Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
+
+
+def test_shared_stages_are_planned_once(matrix):
+    variants = select(matrix, device="a2,a3", backend="none,vllm,sglang", release="cann8.5.0-pt2.8.0")
+    plan = make_plan(variants, PlanOptions(url_sources().cann))
+    kinds = [s.kind for s in plan.stages]
+    assert kinds.count("base") == 1
+    assert kinds.count("cann") == 2  # one per device, shared by none, vllm and sglang
+    assert kinds.count("torch") == 2
+    assert kinds.count("vllm") == 2 and kinds.count("sglang") == 2
+    a3_cann = next(s for s in plan.stages if s.kind == "cann" and s.variant.device == "a3")
+    assert {v.backend for v in a3_cann.users} == {"none", "vllm", "sglang"}
+    for stage in plan.stages:  # parents first
+        if stage.parent:
+            assert plan.stages.index(stage.parent) < plan.stages.index(stage)
+
+
+def test_overlay_only_for_nondefault_profile_or_env(matrix):
+    (prod,) = select(matrix, device="a3")
+    (debug,) = select(matrix, device="a3", profile="debug")
+    plan = make_plan([prod, debug], PlanOptions(url_sources().cann))
+    assert plan.top(prod).kind == "torch"
+    assert plan.top(debug).kind == "overlay" and plan.top(debug).tag.endswith("-debug")
+    assert plan.top(debug).parent is plan.top(prod)
+
+
+def test_render_a3_85_local(matrix, tmp_path):
+    files = ["Ascend-cann-toolkit_8.5.0_linux-aarch64.run", "Ascend-cann-A3-ops_8.5.0_linux-aarch64.run",
+             "Ascend-cann-nnal_8.5.0_linux-aarch64.run"]
+    cann = fake_cann_dir(tmp_path, files)
+    sources = Sources(CannSource("local", cann), ArtifactSource(strict=False))
+    _, ctx = render_all(matrix, tmp_path, sources, device="a3", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    install = (ctx["cann-install:a3"] / "Dockerfile").read_text()
+    assert install.startswith("# Rendered by ascend-images")
+    assert "FROM ascend-images/base:debian12-py3.11-arm64" in install
+    sha = hashlib.sha256(b"payload of Ascend-cann-A3-ops_8.5.0_linux-aarch64.run").hexdigest()
+    assert f"ops=${{ASCEND_BUILD_SERVER}}/cann/Ascend-cann-A3-ops_8.5.0_linux-aarch64.run#{sha}" in install
+    assert "kernel/ascend910_93" in install  # the A3 device block
+    assert 'io.ascend-images.soc-version="ascend910_9391"' in install
+    cann_df = (ctx["cann:a3"] / "Dockerfile").read_text()
+    assert 'ASCEND_HOME_PATH="/x"' in cann_df
+    assert 'SOC_VERSION="ascend910_9391"' in cann_df and 'TASK_QUEUE_ENABLE="2"' in cann_df
+    assert "ENV ASCEND_IMAGES_HDK_FLOOR=25.5.0" in cann_df
+    scripts = (ctx["cann:a3"] / "etc/env-scripts").read_text().splitlines()
+    assert scripts[1] == "/usr/local/Ascend/cann-8.5.0/share/info/ascendnpu-ir/bin/set_env.sh"
+    torch = (ctx["torch:a3"] / "Dockerfile").read_text()
+    assert (ctx["torch:a3"] / "constraints.txt").read_text() == "torch==2.8.0\ntorch-npu==2.8.0.post2\n"
+    assert "--extra-index-url" not in torch  # aarch64 torch comes from PyPI
+
+
+def test_render_a2_83_url_x86(matrix, tmp_path):
+    sources = Sources(CannSource("url", checksums={
+        "Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run": "a" * 64,
+        "Ascend-cann-kernels-910b_8.3.RC1_linux-x86_64.run": "b" * 64,
+        "Ascend-cann-nnal_8.3.RC1_linux-x86_64.run": "c" * 64}), ArtifactSource(strict=False))
+    _, ctx = render_all(matrix, tmp_path, sources, device="a2", release="cann8.3.rc1-sglang0.5.8", arch="x86_64")
+    install = (ctx["cann-install:a2"] / "Dockerfile").read_text()
+    assert ("ops=https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%208.3.RC1/"
+            f"Ascend-cann-kernels-910b_8.3.RC1_linux-x86_64.run#{'b' * 64}") in install
+    assert "kernel/ascend910b " in install or "kernel/ascend910b \\" in install
+    assert "CANN_DOWNLOAD_REFERER=https://www.hiascend.com/" in install
+    torch = (ctx["torch:a2"] / "Dockerfile").read_text()
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in torch
+    assert (ctx["torch:a2"] / "constraints.txt").read_text().startswith("torch==2.7.1+cpu\n")
+    assert "ascendnpu-ir" not in (ctx["cann:a2"] / "etc/env-scripts").read_text()
+
+
+def test_render_is_deterministic(matrix, tmp_path):
+    _, first = render_all(matrix, tmp_path / "a", url_sources(), device="a3", backend="sglang")
+    _, second = render_all(matrix, tmp_path / "b", url_sources(), device="a3", backend="sglang")
+    for key, path in first.items():
+        a = sorted((p.relative_to(path), p.read_bytes(), p.stat().st_mtime) for p in path.rglob("*") if p.is_file())
+        b = sorted((p.relative_to(second[key]), p.read_bytes(), p.stat().st_mtime)
+                   for p in second[key].rglob("*") if p.is_file())
+        assert a == b, key
+
+
+def test_backend_stage_sets_only_what_it_changes(matrix, tmp_path):
+    _, ctx = render_all(matrix, tmp_path, url_sources(), device="a3", backend="vllm", release="cann8.5.0-pt2.8.0")
+    df = (ctx["vllm:a3"] / "Dockerfile").read_text()
+    assert 'TASK_QUEUE_ENABLE="1"' in df and "VLLM_USE_V1" in df
+    assert "HCCL_CONNECT_TIMEOUT" not in df
+    assert "VLLM_TARGET_DEVICE=empty" in df and '"vllm==0.13.0"' in df and '"triton-ascend==3.2.0"' in df
+
+
+def test_image_source_needs_an_official_os(matrix):
+    (v,) = select(matrix, device="a3", os="debian12")
+    with pytest.raises(SelectionError, match="no official CANN image for os 'debian12'.*ubuntu22.04"):
+        CannSource("image").official_image(v)
+    (u,) = select(matrix, device="a3", os="ubuntu22.04", release="cann8.3.rc1-sglang0.5.8")
+    assert CannSource("image").official_image(u) == "quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11"
+
+
+def test_url_source_demands_checksums(matrix):
+    (v,) = select(matrix, device="a3")
+    with pytest.raises(SelectionError, match="no sha256 for Ascend-cann-toolkit_8.5.0_linux-aarch64.run"):
+        CannSource("url").packages(v)
+
+
+def test_local_source_lists_what_is_missing(matrix, tmp_path):
+    cann = fake_cann_dir(tmp_path, ["Ascend-cann-toolkit_8.5.0_linux-aarch64.run"])
+    (v,) = select(matrix, device="a2")
+    with pytest.raises(SelectionError) as err:
+        CannSource("local", cann).packages(v)
+    assert "Ascend-cann-910b-ops_8.5.0_linux-aarch64.run" in str(err.value)
+    assert "it has: Ascend-cann-toolkit_8.5.0_linux-aarch64.run" in str(err.value)
+
+
+def test_failed_render_leaves_no_directory(matrix, tmp_path, monkeypatch):
+    (v,) = select(matrix, device="a3")
+    plan = make_plan([v], PlanOptions(url_sources().cann))
+    stage = plan.stages[0]
+    renderer = Renderer()
+    ctx, files = renderer.context(stage, url_sources())
+    files["bad/../../escape"] = b"x"
+    monkeypatch.setattr(Path, "write_bytes", lambda self, data: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        renderer.write(stage, tmp_path, ctx, files)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dockerfile_value_escapes():
+    assert dockerfile_value('a"b$c\\d') == '"a\\"b\\$c\\\\d"'
+
+
+def test_templates_dir_is_the_repo():
+    assert (ROOT / "images" / "a3" / "cann-install.Dockerfile.j2").exists()

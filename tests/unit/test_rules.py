@@ -1,0 +1,112 @@
+"""Each rule: one variant that passes it and one that breaks it, with the message naming values."""
+
+import pytest
+
+from ascend_images.errors import RuleError
+from ascend_images.rules import RULES_BY_ID, enforce
+
+from .helpers import variant
+
+R85 = "cann8.5.0-pt2.8.0"
+
+
+def set_release(name, **changes):
+    def mutate(d):
+        d["releases"][name].update(changes)
+
+    return mutate
+
+
+def set_pins(name, backend, **changes):
+    def mutate(d):
+        d["releases"][name]["backends"][backend].update(changes)
+
+    return mutate
+
+
+def pair(torch_npu, **changes):
+    def mutate(d):
+        d["torch"]["pairs"][torch_npu].update(changes)
+
+    return mutate
+
+
+def add_cann_82(d, release):
+    d["cann"]["releases"]["8.2.RC1"] = dict(d["cann"]["releases"]["8.3.RC1"], hdk_floor="25.2.0")
+    d["releases"][release]["cann"] = "8.2.RC1"
+
+
+def set_kernel_from(release, value):
+    def mutate(d):
+        d["releases"][release]["backends"]["sglang"]["sgl_kernel_npu"]["from"] = value
+
+    return mutate
+
+
+CASES = [
+    # rule id, passing variant kwargs, failing (mutation, kwargs), expected fragment
+    ("torch-npu-exact-torch", dict(release=R85), (pair("2.8.0.post2", torch="2.7.1"), dict(release=R85)),
+     "torch_npu 2.8.0.post2 is paired with torch 2.7.1; valid: torch == 2.8.0"),
+    ("torch-npu-python", dict(release=R85), (pair("2.8.0.post2", python=">=3.12"), dict(release=R85)),
+     "python 3.11 is outside torch_npu 2.8.0.post2's range >=3.12"),
+    ("vllm-ascend-needs-vllm", dict(release=R85, backend="vllm"),
+     (set_pins(R85, "vllm", vllm="0.12.0"), dict(release=R85, backend="vllm")),
+     "vllm-ascend 0.13.0 is paired with vllm 0.12.0; valid: vllm 0.13.0"),
+    ("vllm-ascend-python", dict(release=R85, backend="vllm"),
+     (lambda d: d["backends"]["vllm"]["python"].update({"0.13.0": ">=3.12"}), dict(release=R85, backend="vllm")),
+     "outside vllm-ascend 0.13.0's range >=3.12"),
+    ("vllm-ascend-a3", dict(release=R85, backend="vllm"),
+     (set_pins(R85, "vllm", vllm="0.9.1", vllm_ascend="0.9.1"), dict(release=R85, backend="vllm")),
+     "vllm-ascend 0.9.1 does not support A3; valid: vllm-ascend >= 0.10.0rc1"),
+    ("sglang-python", dict(release=R85, backend="sglang"),
+     (lambda d: d["python"]["system"].update(version="3.12"), dict(release=R85, backend="sglang")),
+     "python 3.12 does not satisfy SGLang's ==3.11.*"),
+    ("sglang-min-cann", dict(release=R85, backend="sglang"),
+     (lambda d: add_cann_82(d, R85), dict(release=R85, backend="sglang")),
+     "CANN 8.2.RC1 is below SGLang's floor; valid: CANN >= 8.3.RC1"),
+    ("sglang-min-version", dict(release=R85, backend="sglang"),
+     (set_pins(R85, "sglang", sglang="0.5.5"), dict(release=R85, backend="sglang")),
+     "sglang 0.5.5 has no NPU support; valid: sglang >= 0.5.6"),
+    ("hdk-floor-from-cann", dict(release=R85), (set_release(R85, hdk_floor="25.3.RC1"), dict(release=R85)),
+     "release declares HDK >= 25.3.RC1 but CANN 8.5.0 needs HDK >= 25.5.0"),
+    ("sgl-kernel-npu-coverage", dict(release=R85, backend="sglang"),
+     (set_kernel_from("cann8.3.rc1-sglang0.5.8", "release"), dict(release="cann8.3.rc1-sglang0.5.8", backend="sglang")),
+     "CANN 8.3.RC1 needs `from: source`"),
+    ("torch-npu-cann-pair", dict(release=R85),
+     (None, dict(release="cann8.3.rc1-sglang0.5.8")),
+     "torch_npu 2.7.1.post2 was released for CANN 8.5.0, the release uses CANN 8.3.RC1"),
+    ("task-queue-graph-mode", dict(release=R85, backend="vllm"),
+     (None, dict(release=R85, backend="vllm", env={"TASK_QUEUE_ENABLE": "2"})),
+     "TASK_QUEUE_ENABLE=2 (from user) with vLLM's default graph mode"),
+    ("bisheng-python-arch", dict(release=R85, python="bisheng", arch="aarch64"),
+     (None, dict(release=R85, python="bisheng", arch="x86_64")),
+     "python 'bisheng' is only known for aarch64, not x86_64"),
+]
+
+
+def test_every_rule_has_a_case():
+    assert {c[0] for c in CASES} == set(RULES_BY_ID)
+
+
+@pytest.mark.parametrize("rule_id,ok,bad,fragment", CASES, ids=[c[0] for c in CASES])
+def test_rule_passes_and_fails(tmp_path, rule_id, ok, bad, fragment):
+    rule = RULES_BY_ID[rule_id]
+    assert rule.check(variant(tmp_path / "ok", **ok)) is None
+    mutate, kwargs = bad
+    (tmp_path / "bad").mkdir()
+    detail = rule.check(variant(tmp_path / "bad", mutate, **kwargs))
+    assert detail is not None and fragment in detail
+
+
+def test_enforce_raises_on_errors_and_reports_warnings(tmp_path):
+    bad = variant(tmp_path, pair("2.8.0.post2", torch="2.7.1"), release=R85)
+    warnings = []
+    with pytest.raises(RuleError) as err:
+        enforce([bad], warn=warnings.append)
+    text = str(err.value)
+    assert "error [torch-npu-exact-torch]" in text and "source: PT" in text
+
+    warned = variant(tmp_path, None, release="cann8.3.rc1-sglang0.5.8")
+    found = enforce([warned], warn=warnings.append)
+    assert [v.rule.id for v in found] == ["torch-npu-cann-pair"]
+    assert any("warning [torch-npu-cann-pair]" in w for w in warnings)
