@@ -115,3 +115,20 @@ def lint(c, matrix="matrix.yaml", work_dir="build"):
     code = _run(cli.lint, cli.Selection(matrix), print, Path(work_dir))
     if code:
         raise Exit(code=code)
+
+
+@task(help={**SELECTION_HELP, **SOURCE_HELP, **INPUT_HELP, "image": "test this existing image (repeatable)"},
+      iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host", "image"])
+def test(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
+         matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+         artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
+         pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
+         namespace="ascend-images", work_dir="build"):
+    """Build what is missing, then run the image test suite against each image of the selection."""
+    results = _run(cli.run_image_tests, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+                   cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
+                   cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []),
+                                  list(pip_trusted_host or []), offline, wheelhouse, ca_bundle, netrc),
+                   print, images=list(image or []), work_dir=Path(work_dir), namespace=namespace)
+    if not all(r.ok for r in results):
+        raise Exit(code=1)

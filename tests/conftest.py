@@ -17,6 +17,11 @@ from ascend_images.matrix import Matrix, load_matrix  # noqa: E402
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--image", action="append", default=[],
+                     help="run tests/image against this existing image (repeatable); default: the CI selection")
+
+
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
     return load_matrix(ROOT / "matrix.yaml")
@@ -34,3 +39,82 @@ def docker_client():
             pytest.fail(f"CI=true but no Docker engine answers: {exc}")
         pytest.skip(f"no Docker engine: {exc}")
     return client
+
+
+# --- images built once per session, shared by tests/integration and tests/image -------------------
+# The CI selection: A2 and A3 on CANN 8.5.0 (cann-<ver> layout, torch 2.8.0) share one base;
+# A2 on CANN 8.3.RC1 (ascend-toolkit/latest layout, torch 2.7.1) covers the older layout.
+# aarch64, what most Ascend hosts run, under emulation on x86_64 runners.
+TEST_ARCH = os.environ.get("ASCEND_IMAGES_TEST_ARCH", "aarch64")
+TEST_NAMESPACE = "ascend-images-test"
+CI_SELECTIONS = [
+    {"device": "a2,a3", "backend": "none", "release": "cann8.5.0-pt2.8.0"},
+    {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
+]
+LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@pytest.fixture(scope="session")
+def work_dir() -> Path:
+    path = ROOT / "build" / "test"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def fake_cann_dir(work_dir: Path) -> Path:
+    from tests.fixtures.fake_cann.make_packages import write_packages
+
+    out = work_dir / "fake-cann"
+    write_packages(out, ROOT / "matrix.yaml", arches=[TEST_ARCH])
+    return out
+
+
+@pytest.fixture(scope="session")
+def build_secrets(work_dir: Path) -> dict[str, Path | str]:
+    """A CA bundle (the host's, which pip needs through the TLS proxy, plus a marker line) and a netrc
+    holding a marker credential: neither may appear in any layer or in docker history."""
+    import uuid
+
+    marker = f"{LEAK_MARKER_PREFIX}{uuid.uuid4().hex}"
+    ca = work_dir / "ca-bundle.pem"
+    base = HOST_CA.read_text() if HOST_CA.exists() else ""
+    ca.write_text(f"# {marker}\n{base}")
+    netrc = work_dir / "netrc"
+    netrc.write_text(f"machine private-index.invalid login ci password {marker}\n")
+    return {"ca": ca, "netrc": netrc, "marker": marker}
+
+
+@pytest.fixture(scope="session")
+def os_image(docker_client) -> str:
+    from ascend_images.cli import make_os_image
+    from ascend_images.engine import image_exists
+    from ascend_images.osimage import local_os_image
+
+    docker_arch = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
+    tag = local_os_image("debian12", docker_arch)
+    if not image_exists(docker_client, tag):
+        make_os_image(str(ROOT / "matrix.yaml"), "debian12", TEST_ARCH, print)
+    return tag
+
+
+def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print):
+    from ascend_images import cli
+
+    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **selection)
+    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir))
+    inputs = cli.InputFlags(ca_bundle=str(secrets["ca"]), netrc=str(secrets["netrc"]))
+    return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=TEST_NAMESPACE)
+
+
+@pytest.fixture(scope="session")
+def ci_builds(docker_client, os_image, fake_cann_dir, build_secrets, work_dir):
+    """[(plan, results)] for each CI selection, built (or reused) once per session."""
+    return [build_ci_selection(sel, fake_cann_dir, build_secrets, work_dir) for sel in CI_SELECTIONS]
+
+
+@pytest.fixture(scope="session")
+def ci_images(ci_builds) -> list[str]:
+    """Every variant image of the CI selections."""
+    return sorted({top.tag for plan, _ in ci_builds for top in plan.tops.values()})

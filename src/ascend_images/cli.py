@@ -174,11 +174,12 @@ def base_images(variants: Iterable[Variant], explicit: str | None,
 
 
 # --- invoke lint -----------------------------------------------------------------------------------
-def lint(sel: Selection, out: Out, work_dir: Path) -> int:
+def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
     status = 0
-    out("ruff check src tests tasks.py")
-    status |= subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
-                             cwd=PROJECT_ROOT).returncode
+    if ruff:
+        out("ruff check src tests tasks.py")
+        status |= subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
+                                 cwd=PROJECT_ROOT).returncode
     matrix = sel.load()
     variants = all_variants(matrix)
     sources = SourceFlags().sources(matrix, strict=False)
@@ -189,7 +190,9 @@ def lint(sel: Selection, out: Out, work_dir: Path) -> int:
     dockerfiles = []
     for kind in ("url", "image"):
         cann = CannSource(kind, strict=False)  # type: ignore[arg-type]
-        plan = make_plan(variants, PlanOptions(cann))
+        # official CANN images exist only for some OSes
+        chosen = [v for v in variants if kind != "image" or v.os_spec.official_cann_os]
+        plan = make_plan(chosen, PlanOptions(cann))
         for stage in plan.stages:
             ctx, files = renderer.context(stage, Sources(cann, sources.artifacts))
             dockerfiles.append(renderer.write(stage, target / kind, ctx, files) / "Dockerfile")
@@ -286,3 +289,56 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
     tag = make(client, spec, work_dir / "logs")
     out(f"loaded {tag}")
     return tag
+
+
+# --- invoke test -----------------------------------------------------------------------------------
+@dataclass
+class ImageTestResult:
+    image: str
+    passed: int
+    failed: list[str]
+    skipped: int
+    junit: Path
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and self.passed > 0
+
+
+def run_image_suite(image: str, work_dir: Path, extra: Iterable[str] = ()) -> ImageTestResult:
+    """tests/image against one image, in a pytest subprocess; the JUnit report names every failure."""
+    import xml.etree.ElementTree as ET
+
+    junit = work_dir / "image-tests" / f"{image.replace('/', '_').replace(':', '__')}.xml"
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pytest", str(PROJECT_ROOT / "tests" / "image"), "--image", image, "-q",
+                    "-p", "no:cacheprovider", f"--junitxml={junit}", *extra], cwd=PROJECT_ROOT)
+    passed, skipped, failed = 0, 0, []
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed.append(case.get("name", "?"))
+            elif case.find("skipped") is not None:
+                skipped += 1
+            else:
+                passed += 1
+    else:
+        failed.append("(pytest wrote no report)")
+    return ImageTestResult(image, passed, failed, skipped, junit)
+
+
+def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
+                work_dir: Path = Path("build"), namespace: str = "ascend-images") -> list[ImageTestResult]:
+    if not images:
+        plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace)
+        images = [plan.top(v).tag for v in sel.variants()]
+    results = []
+    for image in images:
+        out(f"testing {image}")
+        results.append(run_image_suite(image, work_dir))
+    out(f"\n{'image':90} {'passed':>6} {'failed':>6} {'skipped':>7}")
+    for r in results:
+        out(f"{r.image:90} {r.passed:6} {len(r.failed):6} {r.skipped:7}")
+        for name in r.failed:
+            out(f"    FAILED {name}")
+    return results

@@ -111,6 +111,13 @@ def test_render_is_deterministic(matrix, tmp_path):
         assert a == b, key
 
 
+def test_shared_stage_context_does_not_depend_on_the_release(matrix, tmp_path):
+    # the base serves every release on the same OS, Python and arch: its context must be identical
+    _, a = render_all(matrix, tmp_path / "a", url_sources(), device="a2", release="cann8.5.0-pt2.8.0")
+    _, b = render_all(matrix, tmp_path / "b", url_sources(), device="a2", release="cann8.3.rc1-sglang0.5.8")
+    assert (a["base:a2"] / "Dockerfile").read_bytes() == (b["base:a2"] / "Dockerfile").read_bytes()
+
+
 def test_backend_stage_sets_only_what_it_changes(matrix, tmp_path):
     _, ctx = render_all(matrix, tmp_path, url_sources(), device="a3", backend="vllm", release="cann8.5.0-pt2.8.0")
     df = (ctx["vllm:a3"] / "Dockerfile").read_text()

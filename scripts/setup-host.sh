@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sets up a Debian/Ubuntu build host from nothing: Docker engine, debootstrap, arm64 emulation, the
+# project and its test tools, and the local OS base images. Safe to run again: it skips what is done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log_dir=build/logs
+mkdir -p "$log_dir"
+step() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+need=()
+for pkg in docker.io debootstrap qemu-user-static binfmt-support; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  step "apt-get install ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >"$log_dir/apt.log" 2>&1
+  apt-get install -y -qq "${need[@]}" >>"$log_dir/apt.log" 2>&1 || { tail -20 "$log_dir/apt.log"; exit 1; }
+fi
+
+# arm64 images build under emulation: binfmt_misc must be mounted and qemu-aarch64 registered
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && [ "$(uname -m)" != aarch64 ]; then
+  update-binfmts --enable qemu-aarch64
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  step "starting dockerd (log $log_dir/dockerd.log)"
+  nohup dockerd >"$log_dir/dockerd.log" 2>&1 &
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { tail -20 "$log_dir/dockerd.log"; echo "dockerd did not start" >&2; exit 1; }
+fi
+
+step "pip install -e .[test,lint]"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,lint]" >"$log_dir/pip.log" 2>&1 \
+  || { tail -20 "$log_dir/pip.log"; exit 1; }
+
+for arch in ${ASCEND_IMAGES_OS_ARCHES:-aarch64}; do
+  docker_arch=$([ "$arch" = aarch64 ] && echo arm64 || echo amd64)
+  if ! docker image inspect "ascend-images/os:debian12-$docker_arch" >/dev/null 2>&1; then
+    step "invoke os-image --os debian12 --arch $arch"
+    invoke os-image --os debian12 --arch "$arch"
+  fi
+done
+step "ready: $(docker version --format '{{.Server.Version}}') engine, $(python3 --version)"

@@ -1,0 +1,60 @@
+"""tests/image runs against a container of each image: the CI selection's images (built or reused once
+per session), or the images named with --image. Every expectation comes from the image's own labels
+and matrix.yaml, never from a per-image list."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_images.imagemeta import variant_from_labels
+from ascend_images.matrix import select
+from ascend_images.plan import PlanOptions, make_plan
+from ascend_images.sources import CannSource
+from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
+
+
+def ci_image_tags() -> list[str]:
+    """The tags the CI selection produces, known without an engine (plans are deterministic)."""
+    from ascend_images.matrix import load_matrix
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    tags = []
+    for selection in CI_SELECTIONS:
+        variants = select(matrix, arch=TEST_ARCH, **selection)
+        plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), TEST_NAMESPACE))
+        tags += [plan.top(v).tag for v in variants]
+    return sorted(set(tags))
+
+
+def pytest_generate_tests(metafunc):
+    if "image" in metafunc.fixturenames:
+        images = metafunc.config.getoption("--image") or ci_image_tags()
+        metafunc.parametrize("image", images, ids=[i.rsplit(":", 1)[-1] for i in images], scope="module",
+                             indirect=True)
+
+
+@pytest.fixture(scope="module")
+def image(request, docker_client):
+    if not request.config.getoption("--image"):
+        request.getfixturevalue("ci_builds")
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def variant(image, docker_client, matrix):
+    return variant_from_labels(matrix, docker_client.images.get(image).labels, image)
+
+
+@pytest.fixture(scope="module")
+def container(image, docker_client):
+    box = docker_client.containers.run(image, ["sleep", "infinity"], detach=True,
+                                       environment={"ASCEND_PREFLIGHT": "off"})
+    yield box
+    box.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def host(container):
+    import testinfra
+
+    return testinfra.get_host(f"docker://{container.id}")

@@ -1,0 +1,248 @@
+"""What every image promises, checked in a running container of it (pytest-testinfra, docker:// backend:
+`docker exec ... /bin/sh -c`, so only what is in ENV is seen, exactly like Ray workers and probes)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+from ascend_images.envcapture import PATH_LIKE, clean_path_list
+from ascend_images.envs import effective_env
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+SHELLS = {
+    "exec": "{cmd}",  # what testinfra runs: /bin/sh -c through docker exec, no profile
+    "sh -c": "sh -c {q}",
+    "bash -lc": "bash -lc {q}",
+    "bash -ic": "bash -ic {q} 2>/dev/null",
+}
+
+
+def shell_env(host, shell: str) -> dict[str, str]:
+    cmd = "env -0"
+    out = host.check_output(SHELLS[shell].format(cmd=cmd, q=shlex.quote(cmd)) + " | base64 -w0")
+    import base64
+
+    pairs = base64.b64decode(out).decode().split("\0")
+    return dict(p.split("=", 1) for p in pairs if "=" in p)
+
+
+def sourced_env(host, variant) -> dict[str, str]:
+    """What sourcing the variant's env scripts yields, from a clean environment, in the container."""
+    sources = " && ".join(f"source {s}" for s in variant.env_scripts)
+    script = shlex.quote(sources + " && env")
+    cmd = f"env -i PATH=/usr/local/python/bin:/usr/bin:/bin bash --noprofile --norc -c {script}"
+    out = host.check_output(cmd)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+# --- Python -------------------------------------------------------------------------------------
+def test_python_is_the_variants(host, variant):
+    version = host.check_output("python --version")
+    assert re.fullmatch(rf"Python {re.escape(variant.python_version)}\.\d+", version), version
+    assert host.check_output("readlink -f $(command -v python)").startswith("/usr/local/python/")
+
+
+def test_pip_check(host):
+    result = host.run("pip check")
+    assert result.rc == 0, result.stdout + result.stderr
+
+
+# --- CANN layout --------------------------------------------------------------------------------
+def test_cann_layout(host, variant):
+    home = host.file(variant.cann_home)
+    assert home.exists and home.is_directory
+    if variant.cann.layout == "toolkit-latest":
+        latest = host.file("/usr/local/Ascend/ascend-toolkit/latest")
+        assert latest.is_symlink and latest.linked_to == f"/usr/local/Ascend/ascend-toolkit/{variant.release.cann}"
+    else:
+        assert not host.file("/usr/local/Ascend/ascend-toolkit/latest").exists
+        assert host.file(f"/usr/local/Ascend/cann-{variant.release.cann}").is_directory
+
+
+def test_operator_package_for_the_device(host, variant):
+    kernels = f"{variant.cann_home}/opp/built-in/op_impl/ai_core/tbe/kernel"
+    assert host.file(f"{kernels}/{variant.device_spec.opp_kernel_dir}").is_directory
+    others = {d.opp_kernel_dir for n, d in variant.matrix.spec.devices.items() if n != variant.device}
+    for other in others:
+        assert not host.file(f"{kernels}/{other}").exists, f"{other} kernels in a {variant.device} image"
+
+
+def test_env_scripts_present(host, variant):
+    for script in variant.env_scripts:
+        assert host.file(script.split()[0]).is_file, script
+
+
+# --- environment ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_env_scripts_values_visible(host, variant, shell):
+    expected = sourced_env(host, variant)
+    seen = shell_env(host, shell)
+    for name, value in expected.items():
+        if name in {"PWD", "SHLVL", "_", "OLDPWD"}:
+            continue
+        if name in PATH_LIKE:
+            # everything the script puts on the list is there (the image adds its own entries too)
+            for entry in clean_path_list(value).split(":"):
+                assert entry in seen.get(name, "").split(":"), f"{name} lacks {entry} under {shell}"
+        else:
+            assert seen.get(name) == value, f"{name} under {shell}: {seen.get(name)!r} != {value!r}"
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_tuned_defaults_exact(host, variant, shell):
+    seen = shell_env(host, shell)
+    for name, item in effective_env(variant).items():
+        got = seen.get(name)
+        assert got == item.value, f"{name} under {shell}: {got!r}, want {item.value!r} ({item.layer})"
+
+
+@pytest.mark.parametrize("shell", list(SHELLS))
+def test_no_duplicate_path_entries(host, shell):
+    seen = shell_env(host, shell)
+    for name in PATH_LIKE & set(seen):
+        entries = seen[name].split(":")
+        assert "" not in entries, f"empty entry (= working directory) in {name} under {shell}"
+        assert len(entries) == len(set(entries)), f"duplicates in {name} under {shell}: {seen[name]}"
+
+
+def test_sourcing_again_changes_nothing(host):
+    cmd = ("source /usr/local/lib/ascend-images/profile.bash; a=$(env | sort); "
+           "source /usr/local/lib/ascend-images/profile.bash; b=$(env | sort); [ \"$a\" = \"$b\" ] && echo same")
+    assert host.check_output(f"bash -lc {shlex.quote(cmd)}") == "same"
+
+
+def test_env_json_matches_the_variant(host, variant):
+    doc = json.loads(host.file("/etc/ascend-images/env.json").content_string)
+    for name, item in effective_env(variant).items():
+        assert doc["variables"][name]["value"] == item.value
+        assert doc["variables"][name]["source"] == item.source
+
+
+# --- versions -------------------------------------------------------------------------------------
+def installed(host) -> dict[str, str]:
+    code = ("import importlib.metadata as m, json, re; print(json.dumps({re.sub(r'[-_.]+', '-', "
+            "d.metadata['Name']).lower(): d.version for d in m.distributions()}))")
+    return json.loads(host.check_output(f"python -c {shlex.quote(code)}"))
+
+
+def test_torch_and_torch_npu_pins(host, variant):
+    have = installed(host)
+    assert have["torch"] == f"{variant.torch}{variant.arch_spec.torch_local_version}"
+    assert have["torch-npu"] == variant.torch_npu
+    constraints = host.file("/etc/ascend-images/constraints.txt").content_string.split()
+    assert f"torch-npu=={variant.torch_npu}" in constraints
+
+
+def test_backend_pins(host, variant):
+    pins = variant.backend_pins
+    if pins is None:
+        pytest.skip("backend none")
+    have = installed(host)
+    for dist, version in pins.model_dump().items():
+        if isinstance(version, str) and dist not in ("project_file",):
+            assert have.get(dist.replace("_", "-")) == version, dist
+
+
+def test_manifest_equals_installed(host, variant):
+    manifest = json.loads(host.file("/etc/ascend-images/manifest.json").content_string)
+    assert manifest["python"] == installed(host)
+    assert manifest["cann"].get("Ascend-cann-toolkit") == variant.release.cann
+
+
+# --- labels ---------------------------------------------------------------------------------------
+def test_labels(docker_client, image, variant):
+    labels = docker_client.images.get(image).labels
+    want = {
+        "io.ascend-images.device": variant.device, "io.ascend-images.cann": variant.release.cann,
+        "io.ascend-images.hdk-floor": str(variant.hdk_floor), "io.ascend-images.torch": variant.torch,
+        "io.ascend-images.torch-npu": variant.torch_npu, "io.ascend-images.release": variant.release_name,
+        "io.ascend-images.soc-version": variant.device_spec.soc_version,
+        "io.ascend-images.os": variant.os, "io.ascend-images.arch": variant.arch,
+    }
+    for key, value in want.items():
+        assert labels.get(key) == value, key
+    for key in ("title", "description", "version", "created", "licenses", "base.name"):
+        assert labels.get(f"org.opencontainers.image.{key}"), key
+    assert re.fullmatch(r"[0-9a-f]{64}", labels["io.ascend-images.content-key"])
+
+
+# --- hygiene --------------------------------------------------------------------------------------
+def test_no_pip_cache(host):
+    assert not host.file("/root/.cache/pip").exists
+    assert host.check_output("find / -xdev -type d -name 'http-v2' -path '*pip*' 2>/dev/null | head -1") == ""
+
+
+def test_no_apt_lists(host):
+    assert host.check_output("find /var/lib/apt/lists -type f ! -name lock 2>/dev/null | head -1") == ""
+
+
+def test_no_installers_or_build_secrets_left(host):
+    found = host.check_output("find / -xdev \\( -name '*.run' -o -name '.ascend-build.*' -o -name '.cann.*' "
+                              "-o -name netrc -o -name pip.conf \\) 2>/dev/null | head -5")
+    assert found == ""
+
+
+def test_no_credential_in_history(docker_client, image):
+    from tests.conftest import LEAK_MARKER_PREFIX
+
+    for entry in docker_client.images.get(image).history():
+        created_by = entry.get("CreatedBy", "")
+        assert LEAK_MARKER_PREFIX not in created_by
+        assert "password" not in created_by.lower()
+
+
+# --- entrypoint -----------------------------------------------------------------------------------
+def test_pid1_is_tini(host):
+    assert host.file("/proc/1/cmdline").content_string.split("\0")[0].endswith("tini")
+
+
+def test_stop_is_fast(docker_client, image):
+    import time
+
+    box = docker_client.containers.run(image, ["sleep", "300"], detach=True)
+    try:
+        started = time.monotonic()
+        box.stop(timeout=10)
+        assert time.monotonic() - started < 3
+    finally:
+        box.remove(force=True)
+
+
+def test_exit_code_is_the_commands(docker_client, image):
+    box = docker_client.containers.run(image, ["sh", "-c", "exit 7"], detach=True)
+    try:
+        assert box.wait(timeout=120)["StatusCode"] == 7
+    finally:
+        box.remove(force=True)
+
+
+def run_preflight(docker_client, image, tmp_path, driver, mode, devices=True):
+    info = tmp_path / "version.info"
+    info.write_text(f"Version={driver}\n")
+    kwargs = {"devices": [f"/dev/null:/dev/{n}" for n in ("davinci0", "davinci_manager", "devmm_svm", "hisi_hdc")]
+              } if devices else {}
+    box = docker_client.containers.run(image, ["true"], detach=True, environment={"ASCEND_PREFLIGHT": mode},
+                                       volumes={str(info): {"bind": "/usr/local/Ascend/driver/version.info",
+                                                            "mode": "ro"}}, **kwargs)
+    try:
+        code = box.wait(timeout=120)["StatusCode"]
+        return code, box.logs(stdout=False, stderr=True).decode()
+    finally:
+        box.remove(force=True)
+
+
+def test_preflight_driver_below_floor(docker_client, image, variant, tmp_path):
+    code, err = run_preflight(docker_client, image, tmp_path, "24.1.rc2", "warn")
+    assert code == 0 and f"host driver 24.1.rc2 is below this image's HDK floor {variant.hdk_floor}" in err
+    code, err = run_preflight(docker_client, image, tmp_path, "24.1.rc2", "strict")
+    assert code == 78 and "strict mode; not starting" in err
+
+
+def test_preflight_driver_at_floor_passes_strict(docker_client, image, variant, tmp_path):
+    code, err = run_preflight(docker_client, image, tmp_path, str(variant.hdk_floor).lower(), "strict")
+    assert code == 0, err
+    assert err == ""

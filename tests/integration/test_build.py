@@ -1,0 +1,144 @@
+"""End to end on a real Docker engine: the CI selection built from nothing (or reused), then checked."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+
+import pytest
+
+from ascend_images import cli
+from ascend_images.errors import BuildError
+from tests.conftest import CI_SELECTIONS, LEAK_MARKER_PREFIX, ROOT, TEST_ARCH, TEST_NAMESPACE, build_ci_selection
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# what a build must never leave in a layer: installers, build-helper temp dirs, pip config, netrc
+LEFTOVER = re.compile(r"(\.run$|/\.ascend-build\.|/\.cann\.|pip\.conf$|netrc$)")
+DOCKER_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
+
+
+def run(client, image, cmd, **kwargs):
+    """Output of `cmd` in a fresh container, bypassing the entrypoint like `docker exec` would."""
+    out = client.containers.run(image, cmd, entrypoint=[], remove=True, stderr=True, **kwargs)
+    return out.decode()
+
+
+def test_shared_base_built_once(ci_builds):
+    plan, results = ci_builds[0]
+    kinds = [r.kind for r in results]
+    assert kinds.count("base") == 1, kinds
+    assert kinds.count("cann") == 2 and kinds.count("torch") == 2
+    base = next(s for s in plan.stages if s.kind == "base")
+    assert {v.device for v in base.users} == {"a2", "a3"}
+    # another release on the same OS, Python and arch starts from the very same base image
+    _, other = ci_builds[1]
+    assert other[0].kind == "base" and other[0].status == "reused"
+    assert other[0].image_id == results[0].image_id
+
+
+def test_labels(docker_client, ci_builds):
+    for plan, _ in ci_builds:
+        for variant, top in plan.tops.items():
+            labels = docker_client.images.get(top.tag).labels
+            assert labels["io.ascend-images.device"] == variant.device
+            assert labels["io.ascend-images.cann"] == variant.release.cann
+            assert labels["io.ascend-images.hdk-floor"] == str(variant.hdk_floor)
+            assert labels["io.ascend-images.torch"] == variant.torch
+            assert labels["io.ascend-images.torch-npu"] == variant.torch_npu
+            assert labels["io.ascend-images.backend"] == "none"
+            assert re.fullmatch(r"[0-9a-f]{64}", labels["io.ascend-images.content-key"])
+            assert labels["org.opencontainers.image.version"] == variant.torch_npu
+            assert labels["org.opencontainers.image.created"]
+            assert docker_client.images.get(top.tag).attrs["Architecture"] == variant.arch_spec.debian_arch
+
+
+def test_env_visible_without_a_shell_profile(docker_client, ci_builds):
+    for plan, _ in ci_builds:
+        for variant, top in plan.tops.items():
+            out = run(docker_client, top.tag, ["/usr/bin/env"])
+            env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+            assert env["ASCEND_HOME_PATH"] == variant.cann_home
+            assert env["ASCEND_OPP_PATH"].endswith("/opp")
+            assert env["ATB_HOME_PATH"].endswith("/cxx_abi_1")
+            assert f"{variant.cann_home}/lib64" in env["LD_LIBRARY_PATH"].split(":")
+            assert env["SOC_VERSION"] == variant.device_spec.soc_version
+            assert env["ASCEND_IMAGES_HDK_FLOOR"] == str(variant.hdk_floor)
+            assert env["PIP_CONSTRAINT"] == "/etc/ascend-images/constraints.txt"
+
+
+def test_torch_and_torch_npu_versions(docker_client, ci_builds):
+    code = ("import importlib.metadata as m, json; "
+            "print(json.dumps({p: m.version(p) for p in ('torch', 'torch-npu')}))")
+    for plan, _ in ci_builds:
+        for variant, top in plan.tops.items():
+            versions = json.loads(run(docker_client, top.tag, ["python", "-c", code]))
+            assert versions["torch"].split("+")[0] == variant.torch
+            assert versions["torch-npu"] == variant.torch_npu
+
+
+def test_second_build_reuses_every_stage(ci_builds, fake_cann_dir, build_secrets, work_dir):
+    lines: list[str] = []
+    assert ci_builds  # built once already
+    for selection in CI_SELECTIONS:
+        _, results = build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=lines.append)
+        assert [r.status for r in results] == ["reused"] * len(results), lines
+        assert all(r.seconds < 30 for r in results)
+
+
+def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets):
+    ca_text = build_secrets["ca"].read_text()
+    # a line of the extra bundle that Debian's own ca-certificates does not have: the marker
+    assert LEAK_MARKER_PREFIX in ca_text
+    for tag in ci_images:
+        image = docker_client.images.get(tag)
+        for entry in image.history():
+            assert LEAK_MARKER_PREFIX not in entry.get("CreatedBy", ""), tag
+            assert "ca-bundle.pem" not in entry.get("CreatedBy", "")
+        data = io.BytesIO()
+        for chunk in image.save(named=False):
+            data.write(chunk)
+        data.seek(0)
+        with tarfile.open(fileobj=data) as outer:
+            for member in outer.getmembers():
+                if not member.isfile():
+                    continue
+                blob = outer.extractfile(member).read()
+                assert LEAK_MARKER_PREFIX.encode() not in blob, f"{tag}: marker found in {member.name}"
+                if member.name.endswith(".tar") or member.name.startswith("blobs/"):
+                    try:
+                        with tarfile.open(fileobj=io.BytesIO(blob)) as layer:
+                            names = layer.getnames()
+                    except tarfile.ReadError:
+                        continue
+                    leftovers = [n for n in names if LEFTOVER.search(n)]
+                    assert not leftovers, f"{tag}: {leftovers}"
+
+
+def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_cann_dir, build_secrets,
+                                                  work_dir, ci_builds):
+    import yaml
+
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["torch"]["pairs"]["2.8.0.post99"] = dict(data["torch"]["pairs"]["2.8.0.post2"])
+    data["releases"]["cann8.5.0-pt2.8.0"]["torch_npu"] = "2.8.0.post99"
+    broken = tmp_path / "matrix.yaml"
+    broken.write_text(yaml.safe_dump(data, sort_keys=False))
+    sel = cli.Selection(matrix=str(broken), device="a3", backend="none", release="cann8.5.0-pt2.8.0",
+                        arch=TEST_ARCH)
+    lines: list[str] = []
+    with pytest.raises(BuildError) as err:
+        cli.build_selection(sel, cli.SourceFlags(cann_dir=str(fake_cann_dir)),
+                            cli.InputFlags(ca_bundle=str(build_secrets["ca"])), lines.append,
+                            work_dir=work_dir, namespace=TEST_NAMESPACE)
+    text = str(err.value)
+    assert "[4/4 torch]" in text and "failed at step" in text
+    assert "2.8.0.post99" in text
+    log = re.search(r"full log: (\S+)", text).group(1)
+    with open(log) as handle:
+        assert "2.8.0.post99" in handle.read()
+    tag = f"{TEST_NAMESPACE}/torch-npu:2.8.0.post99-cann8.5.0-a3-debian12-py3.11-{DOCKER_ARCH}"
+    assert not docker_client.images.list(name=tag)
+    # the parents were reused, not rebuilt
+    assert sum("reused" in line for line in lines) == 3, lines

@@ -1,0 +1,56 @@
+"""Every image check must be able to fail: break what it checks in an image derived from a good one,
+run the suite against it, and see that exact check reported by name, while the rest still pass."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from ascend_images.cli import run_image_suite
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+BREAKAGES = """
+# a tuned default with the wrong value
+ENV HCCL_CONNECT_TIMEOUT=120
+# a duplicated PATH entry
+ENV PATH=/usr/local/python/bin:$PATH
+# a pip cache, apt lists and a leftover installer
+RUN mkdir -p /root/.cache/pip/http-v2 && touch /root/.cache/pip/http-v2/x \\
+ && touch /var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease \\
+ && touch /opt/Ascend-cann-toolkit_8.5.0_linux-aarch64.run \\
+ && cd /usr/local/python/lib/python3.11/site-packages \
+ && sed -i 's/^Version: .*/Version: 2.8.0.post1/' torch_npu-*.dist-info/METADATA
+# no tini
+ENTRYPOINT ["/usr/local/bin/ascend-entrypoint"]
+"""
+EXPECTED_FAILURES = {
+    "test_tuned_defaults_exact[exec]", "test_tuned_defaults_exact[sh -c]",
+    "test_no_duplicate_path_entries[exec]", "test_no_pip_cache", "test_no_apt_lists",
+    "test_no_installers_or_build_secrets_left", "test_torch_and_torch_npu_pins", "test_pid1_is_tini",
+}
+MUST_STILL_PASS = {"test_python_is_the_variants", "test_cann_layout", "test_labels", "test_env_scripts_present",
+                   "test_operator_package_for_the_device", "test_exit_code_is_the_commands"}
+
+
+@pytest.fixture(scope="module")
+def broken_image(docker_client, ci_images):
+    good = next(tag for tag in ci_images if "-a3-" in tag)
+    platform = f"linux/{docker_client.images.get(good).attrs['Architecture']}"
+    dockerfile = f"FROM {good}\n{BREAKAGES}"
+    tag = "ascend-images-test/broken:latest"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, platform=platform,
+                               network_mode="host")
+    yield tag
+    docker_client.images.remove(tag, force=True)
+
+
+def test_each_broken_thing_is_reported_by_name(broken_image, work_dir):
+    result = run_image_suite(broken_image, work_dir)
+    failed = set(result.failed)
+    missing = EXPECTED_FAILURES - failed
+    assert not missing, f"checks that did not catch their breakage: {sorted(missing)}; failed: {sorted(failed)}"
+    wrongly = MUST_STILL_PASS & failed
+    assert not wrongly, f"unrelated checks failed: {sorted(wrongly)}"
+    assert result.passed > 0
