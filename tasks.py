@@ -117,7 +117,10 @@ def lint(c, matrix="matrix.yaml", work_dir="build"):
         raise Exit(code=code)
 
 
-@task(help={**SELECTION_HELP, **SOURCE_HELP, **INPUT_HELP, "image": "test this existing image (repeatable)"},
+TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image", "force")}
+
+
+@task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "image": "test this existing image (repeatable)"},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host", "image"])
 def test(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
          matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None, checksums=None,
@@ -132,3 +135,26 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
                    print, images=list(image or []), work_dir=Path(work_dir), namespace=namespace)
     if not all(r.ok for r in results):
         raise Exit(code=1)
+
+
+@task(help={**SELECTION_HELP, "image": "run this image instead of the selection's",
+            "devices": "NPU numbers on the host, e.g. 0-3,6 (default 0)",
+            "mode": "manual (--device and driver mounts) or runtime (Ascend Docker Runtime, ASCEND_VISIBLE_DEVICES)",
+            "host_root": "look host devices and driver files up under this directory (default /)",
+            "full_driver": "mount the whole driver tree (HCCL topology), not lib64 and version.info only",
+            "shm_size": "shared memory size (default 16g)", "ipc_host": "--ipc host",
+            "network_host": "--network host (multi-node, serving)", "name": "container name",
+            "print": "print the equivalent docker run line and a compose service instead of running"},
+      iterable=SELECTION_ITERABLE)
+def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
+        matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/", full_driver=False,
+        shm_size="16g", ipc_host=False, network_host=False, name=None, print=False):
+    """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
+    import shlex
+    from builtins import print as echo
+
+    code = _run(cli.run_image, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+                cli.RunFlags(devices, mode, host_root, full_driver, shm_size, ipc_host, network_host, name), echo,
+                image=image, command=shlex.split(c.remainder or ""), print_only=print)
+    if code:
+        raise Exit(code=code)

@@ -342,3 +342,61 @@ def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
         for name in r.failed:
             out(f"    FAILED {name}")
     return results
+
+
+# --- invoke run ------------------------------------------------------------------------------------
+@dataclass
+class RunFlags:
+    devices: str = "0"
+    mode: str = "manual"
+    host_root: str = "/"
+    full_driver: bool = False
+    shm_size: str = "16g"
+    ipc_host: bool = False
+    network_host: bool = False
+    name: str | None = None
+
+
+def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, command: list[str],
+              print_only: bool = False, namespace: str = "ascend-images") -> int:
+    from .engine import connect, image_exists
+    from .run import (
+        RunError,
+        RunSpec,
+        check_host,
+        check_spec,
+        compose_service,
+        docker_run_line,
+        parse_devices,
+        run_container,
+    )
+
+    if flags.mode not in ("manual", "runtime"):
+        raise RunError(f"--mode {flags.mode!r}: valid: manual (--device passthrough), runtime (Ascend Docker Runtime)")
+    device = None
+    if image is None:
+        variants = sel.variants()
+        if len(variants) != 1:
+            raise SelectionError(f"the selection names {len(variants)} images; narrow it or pass --image REF")
+        plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), namespace))
+        image, device = plan.top(variants[0]).tag, variants[0].device
+    spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
+                   mode=flags.mode, host_root=Path(flags.host_root), full_driver=flags.full_driver,  # type: ignore[arg-type]
+                   shm_size=flags.shm_size, ipc_host=flags.ipc_host, network_host=flags.network_host,
+                   env=parse_env_overrides(sel.env), name=flags.name, device=device)
+    client = None if print_only else connect()
+    if client is not None:
+        if not image_exists(client, image):
+            raise RunError(f"image {image} is not on this engine; build it first (invoke build ...) or pull it")
+        labels = client.images.get(image).labels
+        spec = RunSpec(**{**spec.__dict__, "device": labels.get("io.ascend-images.device", device)})
+    for warning in check_spec(spec):
+        out(f"warning: {warning}")
+    if print_only:
+        out(docker_run_line(spec))
+        out("")
+        out(compose_service(spec))
+        return 0
+    runtimes = set(client.info().get("Runtimes", {})) if client else None
+    check_host(spec, runtimes)
+    return run_container(client, spec, sys.stdout)

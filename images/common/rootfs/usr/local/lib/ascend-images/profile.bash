@@ -2,6 +2,11 @@
 # (as Ascend users expect) and removes duplicated path entries. The image ENV already holds what
 # the scripts set, so sourcing any number of times changes nothing.
 # The NNAL script reads its --cxx_abi argument, which POSIX `.` does not pass: bash only.
+# Debian's /etc/profile resets root's PATH: put the image's Python back first, where the image ENV has it
+case ":$PATH:" in
+  *:/usr/local/python/bin:*) ;;
+  *) export PATH="/usr/local/python/bin:$PATH" ;;
+esac
 if [ -r /etc/ascend-images/env-scripts ]; then
   while read -r __ascend_script __ascend_args; do
     [ -r "$__ascend_script" ] || continue
