@@ -158,3 +158,21 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
                 image=image, command=shlex.split(c.remainder or ""), print_only=print)
     if code:
         raise Exit(code=code)
+
+
+@task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "json": "where to write the JSON report",
+            "runs": "start-up timing runs (median)",
+            "quick": "derive each-variant-alone times from the cold build's stage times instead of rebuilding"},
+      iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
+def bench(c, device="a2,a3", backend="none", release=None, os=None, arch=None, python=None, profile=None, env=None,
+          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
+          pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
+          namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs=7, quick=False):
+    """Measure cold, shared, no-op and incremental builds, sizes, dive efficiency and start-up cost."""
+    _run(cli.bench, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
+         cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
+                        offline, wheelhouse, ca_bundle, netrc),
+         print, json_path=Path(json), work_dir=Path(work_dir), namespace=namespace, runs=int(runs),
+         measure_alone=not quick)

@@ -37,6 +37,7 @@ class BuildSettings:
     inputs: BuildInputs = field(default_factory=BuildInputs)
     work_dir: Path = Path("build")
     force: bool = False  # rebuild even when an image carries the content key
+    nocache: bool = False  # and ignore Docker's layer cache too (a truly cold build, for benchmarks)
     revision: str = ""  # org.opencontainers.image.revision
 
 
@@ -154,7 +155,7 @@ class Builder:
         error = None
         with StageProgress(label, log_path, self.out) as progress:
             stream = self.client.api.build(
-                path=str(context), rm=True, forcerm=True, pull=False, decode=True,
+                path=str(context), rm=True, forcerm=True, pull=False, decode=True, nocache=self.settings.nocache,
                 network_mode="host", platform=platform, buildargs=buildargs, labels=labels,
             )
             for chunk in stream:

@@ -400,3 +400,30 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     runtimes = set(client.info().get("Runtimes", {})) if client else None
     check_host(spec, runtimes)
     return run_container(client, spec, sys.stdout)
+
+
+# --- invoke bench ----------------------------------------------------------------------------------
+def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, json_path: Path,
+          work_dir: Path = Path("build"), namespace: str = "ascend-images-bench", runs: int = 7,
+          measure_alone: bool = True) -> dict:
+    from .bench import BenchSetup, run_bench, table
+    from .build import BuildSettings, git_revision
+    from .engine import connect, image_exists
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    client = connect()
+    selection = {"device": sel.device, "backend": sel.backend, "release": sel.release, "os": sel.os,
+                 "arch": sel.arch, "python": sel.python}
+    settings = BuildSettings(flags.sources(matrix), input_flags.inputs(), work_dir,
+                             revision=git_revision(PROJECT_ROOT))
+    setup = BenchSetup(client, settings, Path(sel.matrix), selection,
+                       base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out)
+    report = run_bench(setup, runs=runs, measure_alone=measure_alone)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    out("")
+    out(table(report))
+    out(f"\nJSON: {json_path}")
+    return report

@@ -65,7 +65,13 @@ def test_profile_snippet_is_idempotent(tmp_path):
     (tmp_path / "profile.bash").write_text(snippet)
     cmd = (f"source {tmp_path}/profile.bash; a=$PATH:$LD_LIBRARY_PATH:$ABI_ARG; source {tmp_path}/profile.bash; "
            f"source {tmp_path}/profile.bash; echo \"$a\"; echo \"$PATH:$LD_LIBRARY_PATH:$ABI_ARG\"")
-    env = {"PATH": "/opt/ascend/bin:/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/ascend/lib"}
+    env = {"PATH": "/opt/ascend/bin:/usr/local/python/bin:/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/ascend/lib"}
     out = subprocess.run(["bash", "--noprofile", "--norc", "-c", cmd], env=env, capture_output=True, text=True)
     first, last = out.stdout.splitlines()
-    assert first == last == "/opt/ascend/bin:/usr/bin:/bin:/opt/ascend/lib:--cxx_abi=1"
+    assert first == last == "/opt/ascend/bin:/usr/local/python/bin:/usr/bin:/bin:/opt/ascend/lib:--cxx_abi=1"
+    # a login shell whose /etc/profile reset PATH gets the image's Python back, ahead of the OS's
+    env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    out = subprocess.run(["bash", "--noprofile", "--norc", "-c", f"source {tmp_path}/profile.bash; echo $PATH"],
+                         env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "/opt/ascend/bin:/usr/local/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:" \
+        "/usr/bin:/sbin:/bin"

@@ -1,0 +1,205 @@
+"""`invoke bench`: cold, shared, no-op and incremental build times, sizes, dive efficiency and start-up cost,
+measured in one run on one machine. Targets are reported, never asserted: a miss is a finding.
+
+Cold builds use `force` (ignore content keys) and `nocache` (ignore Docker's layer cache), so the user's
+images and caches are left as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import docker
+import yaml
+
+from .build import Builder, BuildSettings, StageResult
+from .matrix import Variant, load_matrix, select
+from .plan import BuildPlan, PlanOptions, make_plan
+
+Out = Callable[[str], None]
+TARGETS = {
+    "noop_fraction_max": 0.03,
+    "shared_speedup_min": 1.8,
+    "dive_efficiency_min": 0.98,
+    "startup_overhead_ms_max": 30.0,
+}
+
+
+@dataclass
+class BenchSetup:
+    client: docker.DockerClient
+    settings: BuildSettings
+    matrix_path: Path
+    selection: dict[str, Any]
+    base_images: dict[tuple[str, str], str]
+    namespace: str
+    out: Out
+
+
+def _plan(setup: BenchSetup, matrix_path: Path | None = None, **overrides: Any) -> tuple[BuildPlan, list[Variant]]:
+    matrix = load_matrix(matrix_path or setup.matrix_path)
+    variants = select(matrix, **{**setup.selection, **overrides})
+    return make_plan(variants, PlanOptions(setup.settings.sources.cann, setup.namespace, setup.base_images)), variants
+
+
+def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool) -> tuple[float, list[StageResult]]:
+    settings = replace(setup.settings, force=cold, nocache=cold)
+    quiet: list[str] = []
+    builder = Builder(setup.client, settings, out=quiet.append)
+    started = time.monotonic()
+    results = builder.build(plan)
+    return time.monotonic() - started, results
+
+
+def _image_size(client: docker.DockerClient, ref: str) -> int:
+    return int(client.api.inspect_image(ref)["Size"])
+
+
+def _dive(ref: str, work: Path) -> float | None:
+    dive = shutil.which("dive")
+    if dive is None:
+        return None
+    report = work / f"dive-{ref.replace('/', '_').replace(':', '_')}.json"
+    subprocess.run([dive, ref, "-j", str(report)], capture_output=True, timeout=900, check=False)
+    if not report.exists():
+        return None
+    return float(json.loads(report.read_text())["image"]["efficiencyScore"])
+
+
+def _startup_ms(client: docker.DockerClient, ref: str, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.monotonic()
+        subprocess.run(["docker", "run", "--rm", ref, "true"], capture_output=True, check=True)
+        times.append((time.monotonic() - started) * 1000)
+    return statistics.median(times)
+
+
+def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, str, str] | None = None,
+              measure_alone: bool = True) -> dict[str, Any]:
+    out = setup.out
+    work = setup.settings.work_dir / "bench"
+    work.mkdir(parents=True, exist_ok=True)
+    plan, variants = _plan(setup)
+    report: dict[str, Any] = {
+        "machine": {"platform": platform.platform(), "cpus": _cpus(), "python": platform.python_version(),
+                    "engine": setup.client.version().get("Version")},
+        "selection": setup.selection, "variants": [v.name for v in variants], "targets": TARGETS,
+    }
+
+    out(f"[bench 1/6] cold build of the selection ({len(plan.stages)} stages)")
+    cold, cold_results = _build(setup, plan, cold=True)
+    report["cold_seconds"] = round(cold, 1)
+    report["stages"] = [{"tag": r.tag, "kind": r.kind, "seconds": round(r.seconds, 1)} for r in cold_results]
+    out(f"  {cold:.0f}s")
+
+    out("[bench 2/6] each variant alone, from nothing")
+    alone = []
+    for v in variants:
+        single, _ = _plan(setup, device=v.device, backend=v.backend, arch=v.arch, os=v.os, release=v.release_name)
+        if measure_alone:
+            seconds, _ = _build(setup, single, cold=True)
+        else:  # the same work as its chain's stages in the cold build
+            seconds = sum(r.seconds for r in cold_results if r.tag in {s.tag for s in single.stages})
+        alone.append(round(seconds, 1))
+        out(f"  {v.name}: {seconds:.0f}s")
+    report["alone_seconds"] = alone
+    report["alone_measured"] = measure_alone
+    report["shared_speedup"] = round(sum(alone) / cold, 2) if cold else None
+
+    out("[bench 3/6] no-op rebuild")
+    noop, noop_results = _build(setup, plan, cold=False)
+    report["noop_seconds"] = round(noop, 2)
+    report["noop_fraction"] = round(noop / cold, 4) if cold else None
+    report["noop_rebuilt"] = [r.tag for r in noop_results if r.status == "built"]
+    out(f"  {noop:.1f}s ({report['noop_fraction']:.2%} of cold), rebuilt: {report['noop_rebuilt'] or 'nothing'}")
+
+    out("[bench 4/6] incremental rebuild after one env default changes")
+    device, name, value = incremental_env or (variants[-1].device, "SOC_VERSION",
+                                              variants[-1].device_spec.soc_version + "x")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = yaml.safe_load(setup.matrix_path.read_text())
+        data["env"]["device"].setdefault(device, {})[name] = {"value": value, "source": "bench"}
+        changed = Path(tmp) / "matrix.yaml"
+        changed.write_text(yaml.safe_dump(data, sort_keys=False))
+        changed_plan, _ = _plan(setup, matrix_path=changed)
+        seconds, results = _build(setup, changed_plan, cold=False)
+    rebuilt = [r.tag for r in results if r.status == "built"]
+    expected = [s.tag for s in changed_plan.stages
+                if any(st.kind == "cann" and st.variant.device == device for st in s.chain())]
+    only_affected = sorted(rebuilt) == sorted(expected)
+    report["incremental"] = {"change": f"env.device.{device}.{name}={value}", "seconds": round(seconds, 1),
+                             "rebuilt": rebuilt, "expected": expected, "only_affected": only_affected}
+    out(f"  {seconds:.0f}s, rebuilt {len(rebuilt)} stage(s), only the affected: {only_affected}")
+    # put the real images back under their tags
+    _build(setup, plan, cold=False)
+
+    out("[bench 5/6] sizes and dive efficiency")
+    sizes = {}
+    for stage in plan.stages:
+        own = _image_size(setup.client, stage.tag) - (_image_size(setup.client, stage.parent.tag)
+                                                       if stage.parent else _image_size(setup.client, stage.parent_ref))
+        sizes[stage.tag] = {"image_mb": round(_image_size(setup.client, stage.tag) / 1e6, 1),
+                            "own_layers_mb": round(own / 1e6, 1)}
+    report["sizes"] = sizes
+    report["dive"] = {plan.top(v).tag: _dive(plan.top(v).tag, work) for v in variants}
+    for tag, score in report["dive"].items():
+        out(f"  {tag}: {sizes[tag]['image_mb']} MB, dive efficiency {score}")
+
+    out(f"[bench 6/6] start-up: docker run IMAGE true, median of {runs}")
+    base_ref = next(s.parent_ref for s in plan.stages if s.parent is None)
+    base_ms = _startup_ms(setup.client, base_ref, runs)
+    startup = {tag: round(_startup_ms(setup.client, tag, runs), 1) for tag in {plan.top(v).tag for v in variants}}
+    report["startup_ms"] = {"os_image": {base_ref: round(base_ms, 1)}, "images": startup,
+                            "overhead_ms": {t: round(ms - base_ms, 1) for t, ms in startup.items()}}
+    report["verdicts"] = verdicts(report)
+    return report
+
+
+def verdicts(report: dict[str, Any]) -> dict[str, bool | None]:
+    t = report["targets"]
+    dive = [s for s in report["dive"].values() if s is not None]
+    return {
+        "noop_within_3pct": report["noop_fraction"] is not None and report["noop_fraction"] <= t["noop_fraction_max"],
+        "incremental_only_affected": report["incremental"]["only_affected"],
+        "shared_at_least_1_8x": report["shared_speedup"] is not None
+        and report["shared_speedup"] >= t["shared_speedup_min"],
+        "dive_at_least_0_98": (min(dive) >= t["dive_efficiency_min"]) if dive else None,
+        "startup_within_30ms": max(report["startup_ms"]["overhead_ms"].values()) <= t["startup_overhead_ms_max"],
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    rows = [
+        ("cold build (selection)", f"{report['cold_seconds']} s"),
+        ("each variant alone (sum)", f"{sum(report['alone_seconds']):.1f} s"
+                                     f"{'' if report['alone_measured'] else ' (from stage times)'}"),
+        ("shared-stage speed-up", f"{report['shared_speedup']}x (target >= 1.8x)"),
+        ("no-op rebuild", f"{report['noop_seconds']} s = {report['noop_fraction']:.2%} of cold (target <= 3%)"),
+        ("incremental rebuild", f"{report['incremental']['seconds']} s, {len(report['incremental']['rebuilt'])} "
+                                f"stage(s), only affected: {report['incremental']['only_affected']}"),
+    ]
+    for tag, score in report["dive"].items():
+        rows.append((f"size / dive {tag.rsplit(':', 1)[-1]}", f"{report['sizes'][tag]['image_mb']} MB / {score}"))
+    for tag, ms in report["startup_ms"]["overhead_ms"].items():
+        rows.append((f"start-up overhead {tag.rsplit(':', 1)[-1]}", f"{ms} ms (target <= 30 ms)"))
+    for name, ok in report["verdicts"].items():
+        rows.append((f"target {name}", {True: "met", False: "MISSED", None: "not measured"}[ok]))
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{k:{width}}  {v}" for k, v in rows)
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0

@@ -1,0 +1,30 @@
+from ascend_images.bench import TARGETS, table, verdicts
+
+
+def report(**over):
+    base = {
+        "targets": TARGETS, "cold_seconds": 600.0, "alone_seconds": [500.0, 550.0], "alone_measured": True,
+        "shared_speedup": 1.75, "noop_seconds": 6.0, "noop_fraction": 0.01,
+        "incremental": {"seconds": 90.0, "rebuilt": ["a", "b"], "expected": ["a", "b"], "only_affected": True},
+        "dive": {"ns/x:tag": 0.99}, "sizes": {"ns/x:tag": {"image_mb": 1400.0, "own_layers_mb": 500.0}},
+        "startup_ms": {"overhead_ms": {"ns/x:tag": 12.0}},
+    }
+    base.update(over)
+    return base
+
+
+def test_verdicts_report_hits_and_misses():
+    v = verdicts(report())
+    assert v == {"noop_within_3pct": True, "incremental_only_affected": True, "shared_at_least_1_8x": False,
+                 "dive_at_least_0_98": True, "startup_within_30ms": True}
+    v = verdicts(report(noop_fraction=0.05, dive={"ns/x:tag": None}, startup_ms={"overhead_ms": {"t": 45.0}}))
+    assert v["noop_within_3pct"] is False and v["dive_at_least_0_98"] is None and v["startup_within_30ms"] is False
+
+
+def test_table_prints_figures_and_verdicts():
+    r = report()
+    r["verdicts"] = verdicts(r)
+    text = table(r)
+    assert "shared-stage speed-up" in text and "1.75x (target >= 1.8x)" in text
+    assert "target shared_at_least_1_8x" in text and "MISSED" in text
+    assert "1.00% of cold" in text
