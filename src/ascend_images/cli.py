@@ -314,10 +314,22 @@ def run_image_suite(image: str, work_dir: Path, extra: Iterable[str] = ()) -> Im
     subprocess.run([sys.executable, "-m", "pytest", str(PROJECT_ROOT / "tests" / "image"), "--image", image, "-q",
                     "-p", "no:cacheprovider", f"--junitxml={junit}", *extra], cwd=PROJECT_ROOT)
     passed, skipped, failed = 0, 0, []
+    image_id = image.rsplit(":", 1)[-1]
+
+    def check_name(name: str) -> str:
+        # test_x[<image id>] -> test_x; test_x[<image id>-<param>] -> test_x[<param>]
+        base, _, param = name.partition("[")
+        param = param.removesuffix("]")
+        if param == image_id:
+            return base
+        if param.startswith(image_id + "-"):
+            return f"{base}[{param[len(image_id) + 1:]}]"
+        return name
+
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
             if case.find("failure") is not None or case.find("error") is not None:
-                failed.append(case.get("name", "?"))
+                failed.append(check_name(case.get("name", "?")))
             elif case.find("skipped") is not None:
                 skipped += 1
             else:

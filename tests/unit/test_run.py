@@ -99,6 +99,7 @@ def make_host(tmp_path, devices=(0, 1), hal=True):
     (tmp_path / "usr/local/dcmi").mkdir(parents=True)
     (tmp_path / "usr/local/bin").mkdir(parents=True)
     (tmp_path / "usr/local/bin/npu-smi").write_text("#!/bin/sh\necho fake npu-smi\n")
+    (tmp_path / "usr/local/bin/npu-smi").chmod(0o755)
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/ascend_install.info").write_text("Driver_Install_Path_Param=/usr/local/Ascend\n")
     return tmp_path
