@@ -176,3 +176,26 @@ def bench(c, device="a2,a3", backend="none", release=None, os=None, arch=None, p
                         offline, wheelhouse, ca_bundle, netrc),
          print, json_path=Path(json), work_dir=Path(work_dir), namespace=namespace, runs=int(runs),
          measure_alone=not quick)
+
+
+@task(help={**SELECTION_HELP, "registry": "HOST[:PORT]/NAMESPACE to publish to",
+            "dry_run": "check everything and say what would be pushed, push nothing",
+            "force": "replace immutable tags that hold other images",
+            "namespace": "local namespace the images were built under (default ascend-images)",
+            "report": "where to write the JSON report of tags and digests",
+            "only": "all (default) | arch (push this engine's per-arch tags) | lists (CI merge: lists + aliases)"},
+      iterable=SELECTION_ITERABLE)
+def publish(c, registry, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None,
+            env=None, matrix="matrix.yaml", dry_run=False, force=False, namespace="ascend-images",
+            report="build/publish-report.json", only="all"):
+    """Push per-arch tags, then manifest lists, then moving aliases; nothing partial."""
+    _run(cli.publish, _selection(matrix, device, backend, release, os, arch, python, profile, env), print,
+         registry=registry, dry_run=dry_run, force=force, namespace=namespace, report_path=Path(report), only=only)
+
+
+@task(name="ci-matrix", help={"matrix": SELECTION_HELP["matrix"]})
+def ci_matrix(c, matrix="matrix.yaml"):
+    """The selection CI publishes, as the JSON a GitHub Actions strategy.matrix takes."""
+    import json
+
+    print(json.dumps(_run(cli.ci_matrix, cli.Selection(matrix))))

@@ -108,13 +108,86 @@ def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work
     return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=TEST_NAMESPACE)
 
 
+def live_output(config):
+    """Print past pytest's capture: a cold build takes minutes and CI logs must show its progress."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def out(line: str) -> None:
+        with capture.global_and_fixture_disabled():
+            print(line, flush=True)
+
+    return out
+
+
 @pytest.fixture(scope="session")
-def ci_builds(docker_client, os_image, fake_cann_dir, build_secrets, work_dir):
+def ci_builds(docker_client, os_image, fake_cann_dir, build_secrets, work_dir, pytestconfig):
     """[(plan, results)] for each CI selection, built (or reused) once per session."""
-    return [build_ci_selection(sel, fake_cann_dir, build_secrets, work_dir) for sel in CI_SELECTIONS]
+    out = live_output(pytestconfig)
+    return [build_ci_selection(sel, fake_cann_dir, build_secrets, work_dir, out=out) for sel in CI_SELECTIONS]
 
 
 @pytest.fixture(scope="session")
 def ci_images(ci_builds) -> list[str]:
     """Every variant image of the CI selections."""
     return sorted({top.tag for plan, _ in ci_builds for top in plan.tops.values()})
+
+
+# --- a real registry on loopback (Debian's docker-registry), which tests may stop and restart ----------
+class LocalRegistry:
+    def __init__(self, root: Path):
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.root = root
+        self.config = root / "config.yml"
+        self.config.write_text(
+            "version: 0.1\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: 127.0.0.1:{self.port}\nlog:\n  level: warn\n"
+        )
+        self.process = None
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        import shutil
+        import subprocess
+        import time
+        import urllib.request
+
+        binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+        self.process = subprocess.Popen([binary, "serve", str(self.config)], stdout=subprocess.DEVNULL,
+                                        stderr=(self.root / "registry.log").open("ab"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"docker-registry did not answer on {self.host}; log: {self.root / 'registry.log'}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+            self.process = None
+
+
+@pytest.fixture
+def registry(tmp_path, docker_client):
+    import shutil
+
+    if shutil.which("docker-registry") is None and not Path("/usr/bin/docker-registry").exists():
+        if IN_CI:
+            pytest.fail("CI=true but docker-registry is not installed (apt-get install docker-registry)")
+        pytest.skip("docker-registry is not installed")
+    reg = LocalRegistry(tmp_path / "registry")
+    reg.root.mkdir()
+    reg.start()
+    yield reg
+    reg.stop()

@@ -439,3 +439,43 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
     out(table(report))
     out(f"\nJSON: {json_path}")
     return report
+
+
+# --- invoke publish / ci-matrix --------------------------------------------------------------------
+def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, force: bool = False,
+            namespace: str = "ascend-images", report_path: Path = Path("build/publish-report.json"),
+            on_step: Callable[[str, str], None] | None = None, only: str = "all") -> dict:
+    """Push the selection's images (as built: the same flags as `invoke build`) to REGISTRY."""
+    from .engine import connect
+    from .publish import Publisher, Target, group_variants, write_report
+    from .registry import RegistryClient
+
+    target = Target.parse(registry)
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), namespace))
+    groups = group_variants([(plan, variants)], target)
+    publisher = Publisher(connect(), RegistryClient(target.registry), target, out, force=force, dry_run=dry_run,
+                          on_step=on_step)
+    report = publisher.run(groups, only=only)
+    if not dry_run:
+        write_report(report, report_path)
+        out(f"report: {report_path}")
+    return report
+
+
+RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
+
+
+def ci_matrix(sel: Selection) -> dict:
+    """The publish selection of matrix.yaml as a GitHub Actions strategy.matrix (one job per variant and arch)."""
+    matrix = sel.load()
+    include = []
+    for entry in matrix.spec.ci.publish:
+        for arch in entry.arches:
+            select(matrix, device=entry.device, backend=entry.backend, release=entry.release, os=entry.os, arch=arch)
+            include.append({"device": entry.device, "backend": entry.backend, "release": entry.release,
+                            "os": entry.os, "arch": arch, "runner": RUNNERS[arch],
+                            "name": f"{entry.release}-{entry.device}-{entry.backend}-{entry.os}-{arch}"})
+    return {"include": include}

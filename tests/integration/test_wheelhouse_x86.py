@@ -1,6 +1,7 @@
-"""x86_64 with a local wheelhouse: torch 2.13.0's CPU wheel from pip's find-links folder on this machine,
-served to the build by the loopback server, torch_npu 2.13.0 from PyPI; a test matrix adds that pair
-(PyTorch's CPU index, which the real matrix uses on x86_64, is not reachable here)."""
+"""A two-arch variant from a test matrix (torch_npu 2.13.0): on x86_64 torch 2.13.0's CPU wheel comes from
+a local wheelhouse (pip's find-links folder on this machine) served by the loopback server, since PyTorch's
+CPU index, which the real matrix uses on x86_64, is not reachable here; on aarch64 torch comes from PyPI.
+Then the variant is published as one manifest list with both platforms."""
 
 from __future__ import annotations
 
@@ -41,30 +42,51 @@ def wheelhouse(tmp_path_factory) -> Path:
     return house
 
 
-def test_x86_64_build_takes_torch_from_the_wheelhouse(docker_client, x86_matrix, wheelhouse, build_secrets,
-                                                      work_dir):
+@pytest.fixture(scope="module")
+def two_arch_build(docker_client, x86_matrix, wheelhouse, build_secrets, work_dir, os_image):
     from tests.fixtures.fake_cann.make_packages import write_packages
 
-    cann = work_dir / "fake-cann-x86_64"
-    write_packages(cann, ROOT / "matrix.yaml", cann=["8.5.0"], arches=["x86_64"])
+    cann = work_dir / "fake-cann-both"
+    write_packages(cann, ROOT / "matrix.yaml", cann=["8.5.0"], arches=["x86_64", "aarch64"])
     if not docker_client.images.list(name="ascend-images/os:debian12-amd64"):
         cli.make_os_image(str(ROOT / "matrix.yaml"), "debian12", "x86_64", print)
     sel = cli.Selection(matrix=str(x86_matrix), device="a3", backend="none", release="test-wheelhouse",
-                        arch="x86_64")
+                        arch="x86_64,aarch64")
     lines: list[str] = []
     plan, results = cli.build_selection(
         sel, cli.SourceFlags(cann_dir=str(cann), torch_index_url=""),
         cli.InputFlags(wheelhouse=str(wheelhouse), ca_bundle=str(build_secrets["ca"])), lines.append,
         work_dir=work_dir, namespace=TEST_NAMESPACE)
-    (variant,) = plan.tops
-    image = plan.top(variant).tag
-    assert image.endswith("-amd64")
+    return sel, plan, results
+
+
+def test_each_arch_has_its_torch_and_x86_64_took_it_from_the_wheelhouse(docker_client, two_arch_build):
+    _, plan, results = two_arch_build
     code = ("import importlib.metadata as m, json; "
             "print(json.dumps({p: m.version(p) for p in ('torch', 'torch-npu')}))")
-    out = docker_client.containers.run(image, ["python", "-c", code], entrypoint=[], remove=True)
-    assert json.loads(out) == {"torch": "2.13.0+cpu", "torch-npu": "2.13.0"}
-    torch_stage = next(r for r in results if r.kind == "torch")
-    if torch_stage.log:  # built now (not reused): the log shows where pip took torch from
-        log = Path(torch_stage.log).read_text()
+    seen = {}
+    for variant, top in plan.tops.items():
+        out = docker_client.containers.run(top.tag, ["python", "-c", code], entrypoint=[], remove=True)
+        seen[variant.arch] = json.loads(out)
+        assert docker_client.images.get(top.tag).attrs["Architecture"] == variant.arch_spec.debian_arch
+    assert seen == {"x86_64": {"torch": "2.13.0+cpu", "torch-npu": "2.13.0"},
+                    "aarch64": {"torch": "2.13.0", "torch-npu": "2.13.0"}}
+    x86_torch = next(r for r in results if r.kind == "torch" and r.tag.endswith("-amd64"))
+    if x86_torch.log:  # built now (not reused): the log shows where pip took torch from
+        log = Path(x86_torch.log).read_text()
         assert f"/wheelhouse/{TORCH_WHEEL.replace('+', '%2B')}" in log or f"/wheelhouse/{TORCH_WHEEL}" in log
-    assert docker_client.images.get(image).attrs["Architecture"] == "amd64"
+
+
+def test_two_arch_variant_publishes_one_list_with_both_platforms(docker_client, two_arch_build, registry):
+    from ascend_images.registry import RegistryClient
+
+    sel, _, _ = two_arch_build
+    lines: list[str] = []
+    report = cli.publish(sel, lines.append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+                         report_path=registry.root / "report.json")
+    (list_ref,) = [r for r in report["tags"] if r.endswith("-py3.11")]
+    repo, tag = list_ref.split("/", 1)[1].rsplit(":", 1)
+    listed = RegistryClient(registry.host).manifest(repo, tag)
+    platforms = {m["platform"]["architecture"]: m["digest"] for m in listed.body["manifests"]}
+    assert platforms == {"amd64": report["tags"][f"{list_ref}-amd64"], "arm64": report["tags"][f"{list_ref}-arm64"]}
+    assert not any(":latest-" in r for r in report["tags"])  # a test release is nobody's default

@@ -1,0 +1,103 @@
+"""Publishing to a real registry (Debian's docker-registry on 127.0.0.1): push, pull back, compare digests;
+immutability; a registry stopped mid-publish, then restarted, and a re-run that finishes."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_images import cli
+from ascend_images.publish import PublishError
+from ascend_images.registry import DOCKER_LIST, RegistryClient
+from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
+SELECTION = CI_SELECTIONS[0]  # A2 and A3, the default release for (device, none)
+
+
+def publish(registry, lines, **kwargs):
+    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
+    return cli.publish(sel, lines.append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+                       report_path=registry.root / "report.json", **kwargs)
+
+
+def test_publish_then_pull_back_with_the_same_digests(docker_client, ci_builds, registry):
+    lines: list[str] = []
+    report = publish(registry, lines)
+    client = RegistryClient(registry.host)
+    per_arch = {ref: d for ref, d in report["tags"].items() if ref.endswith(("-arm64", "-amd64"))}
+    assert len(per_arch) == 2, report
+    for ref, digest in per_arch.items():
+        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+        local_id = docker_client.images.get(f"{TEST_NAMESPACE}/{repo.split('/', 1)[1]}:{tag}").id
+        docker_client.api.remove_image(ref)  # only the registry tag: the pull must resolve through the registry
+        pulled = docker_client.images.pull(ref.rsplit(":", 1)[0], tag=tag)
+        assert pulled.id == local_id
+        assert f"{ref.rsplit(':', 1)[0]}@{digest}" in pulled.attrs["RepoDigests"]
+        lst = client.manifest(repo, tag.removesuffix("-arm64").removesuffix("-amd64"))
+        assert lst.media_type == DOCKER_LIST
+        assert [m["digest"] for m in lst.body["manifests"]] == [digest]
+        assert lst.body["manifests"][0]["platform"]["architecture"] == docker_client.images.get(ref).attrs[
+            "Architecture"]
+    aliases = {ref: d for ref, d in report["tags"].items() if ":latest-" in ref}
+    assert set(a.rsplit(":", 1)[1] for a in aliases) == {"latest-a2-none", "latest-a3-none"}
+    lists = {ref: d for ref, d in report["tags"].items() if ref.endswith("-py3.11")}
+    for alias, digest in aliases.items():
+        device = alias.rsplit(":", 1)[1].split("-")[1]
+        (list_digest,) = [d for ref, d in lists.items() if f"-{device}-" in ref]
+        assert digest == list_digest
+
+
+def test_republish_is_a_noop_and_immutable_tags_are_protected(docker_client, ci_builds, registry):
+    lines: list[str] = []
+    first = publish(registry, lines)
+    again = publish(registry, lines)
+    assert len(again["skipped"]) == 2  # both per-arch tags already there, identical
+    a2_ref = next(r for r in first["tags"] if "-a2-" in r and r.endswith(f"-{_darch()}"))
+    a3_ref = next(r for r in first["tags"] if "-a3-" in r and r.endswith(f"-{_darch()}"))
+    # somebody pushes another image under the a3 tag
+    repo, tag = a3_ref.rsplit(":", 1)
+    docker_client.api.tag(a2_ref, repo, tag, force=True)
+    for _ in docker_client.api.push(repo, tag=tag, stream=True, decode=True):
+        pass
+    with pytest.raises(PublishError, match="immutable tags already hold other images") as err:
+        publish(registry, lines)
+    assert tag in str(err.value) and "nothing was pushed" in str(err.value)
+    fixed = publish(registry, lines, force=True)
+    client = RegistryClient(registry.host)
+    a3_local = docker_client.images.get(f"{TEST_NAMESPACE}/{repo.split('/', 2)[2]}:{tag}").id
+    assert client.manifest(repo.split("/", 1)[1], tag).body["config"]["digest"] == a3_local
+    assert a3_ref in fixed["tags"]
+
+
+def test_registry_down_mid_publish_then_rerun_finishes(docker_client, ci_builds, registry):
+    lines: list[str] = []
+    stopped = []
+
+    def stop_after_first_push(event, ref):
+        if event == "pushed" and not stopped:
+            registry.stop()
+            stopped.append(ref)
+
+    with pytest.raises(PublishError, match="publishing stopped") as err:
+        publish(registry, lines, on_step=stop_after_first_push)
+    assert stopped and "Run the same command again" in str(err.value)
+    registry.start()
+    client = RegistryClient(registry.host)
+    for device in ("a2", "a3"):
+        assert client.manifest("ascend/torch-npu", f"latest-{device}-none") is None  # no alias moved
+    report = publish(registry, lines)
+    for device in ("a2", "a3"):
+        alias = client.manifest("ascend/torch-npu", f"latest-{device}-none")
+        assert alias is not None and len(alias.body["manifests"]) == 1
+    assert stopped[0] in report["skipped"]  # what was complete before the fault is not pushed again
+
+
+def test_dry_run_pushes_nothing(docker_client, ci_builds, registry):
+    lines: list[str] = []
+    publish(registry, lines, dry_run=True)
+    assert any("would push" in line for line in lines)
+    assert RegistryClient(registry.host).manifest("ascend/torch-npu", "latest-a3-none") is None
+
+
+def _darch() -> str:
+    return {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]

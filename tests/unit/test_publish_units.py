@@ -1,0 +1,96 @@
+import json
+import urllib.error
+
+import pytest
+
+from ascend_images.matrix import select
+from ascend_images.plan import PlanOptions, make_plan
+from ascend_images.publish import PublishError, Target, group_variants
+from ascend_images.registry import Manifest, RegistryError, manifest_list, retry
+from ascend_images.sources import CannSource
+
+
+def test_retry_transient_then_success():
+    calls, sleeps = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+        return "ok"
+
+    assert retry("read x", flaky, sleeps.append) == "ok"
+    assert sleeps == [0.5, 1.0]
+
+
+def test_retry_gives_up_with_a_clear_error():
+    sleeps = []
+
+    def down():
+        raise RegistryError("HTTP 503", 503, transient=True)
+
+    with pytest.raises(RegistryError, match="write r:t: still failing after 6 attempts: HTTP 503"):
+        retry("write r:t", down, sleeps.append)
+    assert sleeps == [0.5, 1.0, 2.0, 4.0, 8.0]
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_definitive_answers_are_not_retried(status):
+    sleeps = []
+
+    def refuse():
+        raise RegistryError(f"HTTP {status}", status, transient=False)
+
+    with pytest.raises(RegistryError, match=f"HTTP {status}"):
+        retry("read", refuse, sleeps.append)
+    assert sleeps == []
+
+
+def test_target_parse():
+    assert Target.parse("127.0.0.1:5000/ascend/images") == Target("127.0.0.1:5000", "ascend/images")
+    assert Target.parse("registry.example.com").repo("sglang") == "sglang"
+    with pytest.raises(PublishError, match="expected HOST\\[:PORT\\]/NAMESPACE"):
+        Target.parse("bad host/ns")
+    with pytest.raises(PublishError):
+        Target.parse("")
+
+
+def test_group_variants_one_list_per_variant_across_arches(matrix):
+    variants = select(matrix, device="a2,a3", backend="none", arch="x86_64,aarch64")
+    plan = make_plan(variants, PlanOptions(CannSource("url", strict=False)))
+    groups = group_variants([(plan, variants)], Target("reg:5000", "ns"))
+    assert len(groups) == 2
+    a3 = next(g for g in groups if "-a3-" in g.list_tag)
+    assert a3.repo == "ns/torch-npu"
+    assert a3.list_tag == "2.8.0.post2-cann8.5.0-a3-debian12-py3.11"
+    assert {a: i.tag for a, i in a3.images.items()} == {
+        "amd64": "2.8.0.post2-cann8.5.0-a3-debian12-py3.11-amd64",
+        "arm64": "2.8.0.post2-cann8.5.0-a3-debian12-py3.11-arm64"}
+    assert a3.images["arm64"].platform == {"architecture": "arm64", "os": "linux", "variant": "v8"}
+    assert a3.alias == "latest-a3-none"  # the default release for (a3, none)
+
+
+def test_non_default_release_gets_no_alias(matrix):
+    variants = select(matrix, device="a2", backend="none", release="cann8.3.rc1-sglang0.5.8")
+    plan = make_plan(variants, PlanOptions(CannSource("url", strict=False)))
+    (group,) = group_variants([(plan, variants)], Target("reg", ""))
+    assert group.alias is None
+
+
+def test_manifest_list_references_children_by_digest():
+    child = Manifest("sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", 1234, {})
+    doc = json.loads(manifest_list([(child, {"architecture": "arm64", "os": "linux", "variant": "v8"})]))
+    assert doc["mediaType"] == "application/vnd.docker.distribution.manifest.list.v2+json"
+    assert doc["manifests"] == [{"mediaType": child.media_type, "size": 1234, "digest": child.digest,
+                                 "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}}]
+
+
+def test_ci_matrix_is_a_strategy_matrix():
+    from ascend_images import cli
+
+    from .helpers import ROOT
+
+    out = cli.ci_matrix(cli.Selection(str(ROOT / "matrix.yaml")))
+    assert out["include"] and all({"device", "backend", "release", "os", "arch", "runner"} <= set(e)
+                                  for e in out["include"])
+    assert {e["runner"] for e in out["include"]} == {"ubuntu-24.04", "ubuntu-24.04-arm"}
