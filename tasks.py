@@ -199,3 +199,15 @@ def ci_matrix(c, matrix="matrix.yaml"):
     import json
 
     print(json.dumps(_run(cli.ci_matrix, cli.Selection(matrix))))
+
+
+@task(help={"image": "image reference", "json": "print JSON"})
+def inspect(c, image, json=False):
+    """Labels, installed versions (CANN and Python packages) and environment of a built image."""
+    _run(cli.inspect_image, image, print, json)
+
+
+@task(help={"a": "first image", "b": "second image"})
+def diff(c, a, b):
+    """What differs between two images: labels, CANN packages, Python packages, environment."""
+    _run(cli.diff_images, a, b, print)

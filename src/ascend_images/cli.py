@@ -479,3 +479,33 @@ def ci_matrix(sel: Selection) -> dict:
                             "os": entry.os, "arch": arch, "runner": RUNNERS[arch],
                             "name": f"{entry.release}-{entry.device}-{entry.backend}-{entry.os}-{arch}"})
     return {"include": include}
+
+
+# --- invoke inspect / diff -------------------------------------------------------------------------
+def inspect_image(ref: str, out: Out, as_json: bool = False) -> dict:
+    from .engine import connect
+    from .imagemeta import image_facts
+
+    facts = image_facts(connect(), ref)
+    if as_json:
+        out(json.dumps(facts, indent=2))
+        return facts
+    out(f"{facts['ref']}  {facts['id'][:19]}  {facts['architecture']}  {facts['size_mb']} MB")
+    for section in ("labels", "cann", "python", "env"):
+        out(f"\n[{section}]")
+        for key, value in facts[section].items():
+            out(f"  {key} = {value}")
+    return facts
+
+
+def diff_images(a: str, b: str, out: Out) -> int:
+    from .engine import connect
+    from .imagemeta import diff_facts, image_facts
+
+    client = connect()
+    rows = diff_facts(image_facts(client, a), image_facts(client, b))
+    out(f"--- {a}\n+++ {b}")
+    for section, key, left, right in rows:
+        out(f"[{section}] {key}: {'(absent)' if left is None else left} -> {'(absent)' if right is None else right}")
+    out(f"{len(rows)} difference(s)")
+    return len(rows)

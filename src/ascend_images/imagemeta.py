@@ -23,3 +23,35 @@ def variant_from_labels(matrix: Matrix, labels: dict[str, str], ref: str = "imag
                         os=values["os"], arch=values["arch"], python=values["python"],
                         profile=values["profile"] or None)
     return variant
+
+
+def image_facts(client, ref: str) -> dict:
+    """Labels, the in-image manifest of installed versions and the env table, read from the image."""
+    import json
+
+    image = client.images.get(ref)
+    out = client.containers.run(ref, ["cat", "/etc/ascend-images/manifest.json", "/etc/ascend-images/env.json"],
+                                entrypoint=[], remove=True).decode()
+    decoder = json.JSONDecoder()
+    manifest, end = decoder.raw_decode(out)
+    env, _ = decoder.raw_decode(out[end:].lstrip())
+    return {
+        "ref": ref, "id": image.id, "architecture": image.attrs.get("Architecture"),
+        "size_mb": round(image.attrs.get("Size", 0) / 1e6, 1),
+        "labels": dict(sorted((image.labels or {}).items())),
+        "python": manifest.get("python", {}), "cann": manifest.get("cann", {}),
+        "env": {k: v["value"] for k, v in env.get("variables", {}).items()},
+    }
+
+
+def diff_facts(a: dict, b: dict) -> list[tuple[str, str, str | None, str | None]]:
+    """(section, key, value in a, value in b) for every difference, sections in a stable order."""
+    rows = []
+    for section in ("labels", "cann", "python", "env"):
+        left, right = a.get(section, {}), b.get(section, {})
+        for key in sorted(set(left) | set(right)):
+            if section == "labels" and key.endswith((".created", ".revision", ".content-key", "base.name")):
+                continue
+            if left.get(key) != right.get(key):
+                rows.append((section, key, left.get(key), right.get(key)))
+    return rows

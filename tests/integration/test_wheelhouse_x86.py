@@ -78,15 +78,25 @@ def test_each_arch_has_its_torch_and_x86_64_took_it_from_the_wheelhouse(docker_c
 
 
 def test_two_arch_variant_publishes_one_list_with_both_platforms(docker_client, two_arch_build, registry):
+    """The CI flow: each arch's runner pushes its own tag (--only arch), then a merge job writes the list."""
+    from dataclasses import replace
+
+    from ascend_images.publish import PublishError
     from ascend_images.registry import RegistryClient
 
     sel, _, _ = two_arch_build
     lines: list[str] = []
-    report = cli.publish(sel, lines.append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
-                         report_path=registry.root / "report.json")
+    kwargs = {"registry": f"{registry.host}/ascend", "namespace": TEST_NAMESPACE,
+              "report_path": registry.root / "report.json"}
+    cli.publish(replace(sel, arch="x86_64"), lines.append, only="arch", **kwargs)
+    with pytest.raises(PublishError, match=r"(?s)per-arch images missing from the registry.*arm64"):
+        cli.publish(sel, lines.append, only="lists", **kwargs)  # never a list with a platform missing
+    cli.publish(replace(sel, arch="aarch64"), lines.append, only="arch", **kwargs)
+    report = cli.publish(sel, lines.append, only="lists", **kwargs)
     (list_ref,) = [r for r in report["tags"] if r.endswith("-py3.11")]
     repo, tag = list_ref.split("/", 1)[1].rsplit(":", 1)
     listed = RegistryClient(registry.host).manifest(repo, tag)
     platforms = {m["platform"]["architecture"]: m["digest"] for m in listed.body["manifests"]}
-    assert platforms == {"amd64": report["tags"][f"{list_ref}-amd64"], "arm64": report["tags"][f"{list_ref}-arm64"]}
+    client = RegistryClient(registry.host)
+    assert platforms == {arch: client.manifest(repo, f"{tag}-{arch}").digest for arch in ("amd64", "arm64")}
     assert not any(":latest-" in r for r in report["tags"])  # a test release is nobody's default
