@@ -141,6 +141,7 @@ class LocalRegistry:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.config = root / "config.yml"
         self.config.write_text(
             "version: 0.1\n"
@@ -187,7 +188,6 @@ def registry(tmp_path, docker_client):
             pytest.fail("CI=true but docker-registry is not installed (apt-get install docker-registry)")
         pytest.skip("docker-registry is not installed")
     reg = LocalRegistry(tmp_path / "registry")
-    reg.root.mkdir()
     reg.start()
     yield reg
     reg.stop()

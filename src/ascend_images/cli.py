@@ -70,7 +70,7 @@ class SourceFlags:
 
 
 def check_rules(variants: list[Variant], out: Out) -> None:
-    enforce(variants, warn=lambda w: out(f"warning: {w}"))
+    enforce(variants, warn=out)
 
 
 # --- invoke matrix -------------------------------------------------------------------------------
