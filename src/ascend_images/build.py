@@ -91,9 +91,18 @@ class Builder:
         self.context_dir = settings.work_dir / "contexts"
 
     # --- helpers -------------------------------------------------------------------------------
-    def _find_by_key(self, key: str) -> str | None:
-        ids = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"}, quiet=True)
-        return ids[0] if ids else None
+    def _find_by_key(self, key: str, tag: str) -> str | None:
+        """An image carrying the content key: the one the stage's tag points to if it does (so that forced
+        rebuilds, e.g. by the benchmark, never switch a chain to a twin and change its children's keys),
+        else the newest."""
+        try:
+            tagged = self.client.api.inspect_image(tag)
+            if (tagged["Config"].get("Labels") or {}).get(CONTENT_KEY_LABEL) == key:
+                return tagged["Id"]
+        except docker.errors.ImageNotFound:
+            pass
+        found = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
+        return max(found, key=lambda image: image.get("Created", 0))["Id"] if found else None
 
     def _tag(self, image_id: str, tag: str) -> None:
         repo, _, name = tag.rpartition(":")
@@ -134,7 +143,7 @@ class Builder:
         ctx, files = self.renderer.context(stage, self.settings.sources, captured)
         context = self.renderer.write(stage, self.context_dir, ctx, files)
         key = content_key(context, parent_id, platform)
-        existing = None if self.settings.force else self._find_by_key(key)
+        existing = None if self.settings.force else self._find_by_key(key, stage.tag)
         if existing:
             self._tag(existing, stage.tag)
             self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
