@@ -136,10 +136,9 @@ def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out
     rendered = []
     for stage in plan.stages:
         ctx, files = renderer.context(stage, sources)
-        renderer.render_text(stage, ctx)
-        rendered.append((stage, ctx, files))
-    for stage, ctx, files in rendered:
-        path = renderer.write(stage, out_dir, ctx, files)
+        rendered.append((stage, ctx, files, renderer.render_text(stage, ctx)))
+    for stage, ctx, files, dockerfile in rendered:
+        path = renderer.write(stage, out_dir, ctx, files, dockerfile)
         out(f"{stage.kind:13} {stage.tag:80} {path}")
     if any("sha256-missing" in (out_dir / s.slug / "Dockerfile").read_text() for s in plan.stages):
         out("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "

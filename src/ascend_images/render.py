@@ -243,11 +243,14 @@ class Renderer:
         name = _template_name(stage.kind, stage.variant.device, self.images_dir)
         return env.get_template(name).render(**ctx)
 
-    def write(self, stage: Stage, out_dir: Path, ctx: dict[str, Any], files: dict[str, bytes]) -> Path:
-        """Write the context to out_dir/<slug>; atomic: a temp dir renamed into place."""
+    def write(self, stage: Stage, out_dir: Path, ctx: dict[str, Any], files: dict[str, bytes],
+              dockerfile: str | None = None) -> Path:
+        """Write the context to out_dir/<slug>; atomic: a temp dir renamed into place. `dockerfile` is the
+        already rendered text, when the caller rendered it first."""
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / stage.slug
-        dockerfile = self.render_text(stage, ctx)
+        if dockerfile is None:
+            dockerfile = self.render_text(stage, ctx)
         tmp = Path(tempfile.mkdtemp(prefix=f".{stage.slug}.", dir=out_dir))
         try:
             (tmp / "Dockerfile").write_text(dockerfile, encoding="utf-8")
