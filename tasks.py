@@ -201,6 +201,25 @@ def ci_matrix(c, matrix="matrix.yaml"):
     print(json.dumps(_run(cli.ci_matrix, cli.Selection(matrix))))
 
 
+@task(help={"release": "release name(s), comma-separated; default: every release with a backend",
+            "backend": "vllm, sglang (comma-separated); default: both",
+            "arch": "x86_64, aarch64 (comma-separated); default: both",
+            "check": "only check that each lock exists and matches matrix.yaml (no network)",
+            "index_url": "the package index to resolve against (default PyPI)",
+            "torch_index_url": "index of the x86_64 torch CPU build (default: the matrix's)",
+            "extra_index_url": "another index to resolve against (repeatable; builds need it too)",
+            "matrix": SELECTION_HELP["matrix"], "work_dir": INPUT_HELP["work_dir"]},
+      iterable=["extra_index_url"])
+def lock(c, release=None, backend=None, arch=None, check=False, index_url="", torch_index_url=None,
+         extra_index_url=None, matrix="matrix.yaml", work_dir="build"):
+    """Resolve each backend's lock (locks/<release>/<backend>-<arch>.txt) for its target platform."""
+    flags = cli.LockFlags(release, backend, arch, index_url, torch_index_url, list(extra_index_url or []))
+    code = _run(cli.make_locks, cli.Selection(matrix), flags, print, check=check,
+                cache_dir=Path(work_dir) / "cache" / "sdists")
+    if code:
+        raise Exit(code=code)
+
+
 @task(help={"image": "image reference", "json": "print JSON"})
 def inspect(c, image, json=False):
     """Labels, installed versions (CANN and Python packages) and environment of a built image."""

@@ -7,13 +7,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .envs import effective_env
 from .errors import AscendImagesError, SelectionError
-from .matrix import Matrix, Variant, all_variants, load_matrix, parse_env_overrides, select
+from .lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
+from .matrix import Matrix, Variant, all_variants, load_matrix, parse_env_overrides, select, unknown
 from .plan import BuildPlan, PlanOptions, make_plan
 from .render import Renderer
 from .rules import RULES, enforce, evaluate
@@ -508,3 +510,73 @@ def diff_images(a: str, b: str, out: Out) -> int:
         out(f"[{section}] {key}: {'(absent)' if left is None else left} -> {'(absent)' if right is None else right}")
     out(f"{len(rows)} difference(s)")
     return len(rows)
+
+
+# --- invoke lock -----------------------------------------------------------------------------------
+@dataclass
+class LockFlags:
+    release: str | None = None
+    backend: str | None = None  # default: every backend that installs from a lock
+    arch: str | None = None  # default: every arch of the matrix
+    index_url: str = ""
+    torch_index_url: str | None = None
+    extra_index_urls: list[str] = field(default_factory=list)
+
+
+def lock_selection(sel: Selection, flags: LockFlags) -> list[LockSpec]:
+    matrix = sel.load()
+    variants = all_variants(matrix)
+    wanted = {
+        "release": _csv(flags.release, "--release", matrix.spec.releases),
+        "backend": _csv(flags.backend, "--backend", ["vllm", "sglang"]),
+        "arch": _csv(flags.arch, "--arch", matrix.spec.arches),
+    }
+    chosen = [v for v in variants
+              if all(w is None or getattr(v, "release_name" if k == "release" else k) in w for k, w in wanted.items())]
+    specs = lock_specs(matrix, chosen)
+    if not specs:
+        raise SelectionError("no release in the selection has a vllm or sglang backend to lock")
+    return specs
+
+
+def _csv(value: str | None, flag: str, valid: Iterable[str]) -> list[str] | None:
+    if value is None:
+        return None
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    for item in items:
+        if item not in valid:
+            raise SelectionError(unknown(flag.lstrip("-"), item, valid, f"from {flag}"))
+    return items
+
+
+def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache_dir: Path) -> int:
+    """--check: report each lock's state without network (exit 1 when any is missing or stale).
+    Otherwise resolve and write each lock; one failure does not stop the others."""
+    from .lockgen import LockMaker
+    from .pypi import PYPI_SIMPLE
+
+    matrix = sel.load()
+    root = locks_dir(matrix)
+    specs = lock_selection(sel, flags)
+    failed = 0
+    maker = LockMaker(out, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
+                      tuple(flags.extra_index_urls))
+    for spec in specs:
+        path = spec.path(root)
+        try:
+            if check:
+                if not path.is_file():
+                    raise LockError(f"missing: {spec.command}")
+                check_lock(spec, parse_lock(path))
+                out(f"ok      {path.relative_to(root.parent)}")
+                continue
+            started = time.monotonic()
+            written = maker.make(spec, root)
+            pins = parse_lock(written).pins
+            out(f"wrote   {written.relative_to(root.parent)}: {len(pins)} packages "
+                f"({time.monotonic() - started:.1f}s)")
+        except AscendImagesError as exc:
+            failed += 1
+            out(f"FAILED  {path.relative_to(root.parent)}: {exc}")
+    out(f"{len(specs) - failed} of {len(specs)} locks {'fresh' if check else 'written'}")
+    return 1 if failed else 0
