@@ -193,12 +193,22 @@ def publish(c, registry, device=None, backend=None, release=None, os=None, arch=
          registry=registry, dry_run=dry_run, force=force, namespace=namespace, report_path=Path(report), only=only)
 
 
-@task(name="ci-matrix", help={"matrix": SELECTION_HELP["matrix"]})
-def ci_matrix(c, matrix="matrix.yaml"):
+@task(name="ci-matrix", help={"matrix": SELECTION_HELP["matrix"],
+                              "lists": "one entry per manifest list (arches joined) instead of per arch"})
+def ci_matrix(c, matrix="matrix.yaml", lists=False):
     """The selection CI publishes, as the JSON a GitHub Actions strategy.matrix takes."""
     import json
 
-    print(json.dumps(_run(cli.ci_matrix, cli.Selection(matrix))))
+    print(json.dumps(_run(cli.ci_matrix, cli.Selection(matrix), lists)))
+
+
+@task(name="published-refs", help={"report": "a publish report (repeatable)"}, iterable=["report"])
+def published_refs(c, report=None):
+    """REF@DIGEST of every tag the given publish reports pushed, one per line."""
+    from ascend_images.publish import report_refs
+
+    for ref in _run(report_refs, [Path(p) for p in report or []]):
+        print(ref)
 
 
 @task(help={"release": "release name(s), comma-separated; default: every release with a backend",

@@ -8,7 +8,8 @@ mkdir -p "$log_dir"
 step() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 need=()
-for pkg in docker.io debootstrap qemu-user-static binfmt-support docker-registry; do
+# shellcheck: actionlint uses it to check the workflow's run: scripts
+for pkg in docker.io debootstrap qemu-user-static binfmt-support docker-registry shellcheck; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .envs import effective_env
 from .errors import AscendImagesError, SelectionError
-from .lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
+from .lockfile import LockError, LockSpec, check_lock, load_lock, lock_specs, locks_dir, parse_lock
 from .matrix import Matrix, Variant, all_variants, load_matrix, parse_env_overrides, select, unknown
 from .plan import BuildPlan, PlanOptions, make_plan
 from .render import Renderer
@@ -469,16 +469,23 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
 RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
 
 
-def ci_matrix(sel: Selection) -> dict:
-    """The publish selection of matrix.yaml as a GitHub Actions strategy.matrix (one job per variant and arch)."""
+def ci_matrix(sel: Selection, lists: bool = False) -> dict:
+    """The publish selection of matrix.yaml as a GitHub Actions strategy.matrix: one job per variant and
+    arch, or with `lists` one per manifest list (the merge jobs). A backend entry must have a fresh lock
+    for each of its arches, so CI never starts a build that is bound to fail on a missing lock."""
     matrix = sel.load()
     include = []
     for entry in matrix.spec.ci.publish:
+        base = {"device": entry.device, "backend": entry.backend, "release": entry.release, "os": entry.os}
+        name = f"{entry.release}-{entry.device}-{entry.backend}-{entry.os}"
         for arch in entry.arches:
-            select(matrix, device=entry.device, backend=entry.backend, release=entry.release, os=entry.os, arch=arch)
-            include.append({"device": entry.device, "backend": entry.backend, "release": entry.release,
-                            "os": entry.os, "arch": arch, "runner": RUNNERS[arch],
-                            "name": f"{entry.release}-{entry.device}-{entry.backend}-{entry.os}-{arch}"})
+            (variant,) = select(matrix, arch=arch, **base)
+            if variant.backend != "none":
+                load_lock(variant)
+            if not lists:
+                include.append({**base, "arch": arch, "runner": RUNNERS[arch], "name": f"{name}-{arch}"})
+        if lists:
+            include.append({**base, "arches": ",".join(entry.arches), "name": name})
     return {"include": include}
 
 

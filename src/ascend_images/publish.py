@@ -262,3 +262,16 @@ class Publisher:
 def write_report(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def report_refs(paths: list[Path]) -> list[str]:
+    """Every tag the publish reports pushed, pinned to its digest (REF@sha256:...), so a later job
+    (the NPU smoke tests) runs exactly the image that was pushed, even if a tag moves meanwhile."""
+    refs = []
+    for path in paths:
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PublishError(f"{path}: not a publish report ({exc})") from None
+        refs += [f"{ref}@{digest}" for ref, digest in sorted(report.get("tags", {}).items()) if digest]
+    return refs

@@ -18,10 +18,11 @@ from typing import Any
 import jinja2
 
 from .envs import EnvValue, baked_env, effective_env
+from .lockfile import LockError, load_lock
 from .matrix import Variant
 from .plan import Stage
 from .schema import SglangPins, VllmPins
-from .sources import Sources
+from .sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
 
 IMAGES_DIR = Path(__file__).resolve().parents[2] / "images"
 FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
@@ -221,6 +222,8 @@ class Renderer:
                                           if k not in below or below[k].value != e.value})
             ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
             files["etc/env.json"] = _json(env_document(v, baked, captured, v.env_scripts))
+        if stage.kind in ("vllm", "sglang"):
+            ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
         if stage.kind == "sglang":
             ctx["artifacts"] = _sglang_artifacts(v, sources)
         if stage.kind == "overlay":
@@ -288,9 +291,32 @@ def _sglang_artifacts(v: Variant, sources: Sources) -> dict[str, dict[str, str]]
            "cann": v.cann_version.tag, "chip": v.device_spec.chip, "arch": v.arch}
     kernel = "kernel_release" if pins.sgl_kernel_npu.from_ == "release" else "kernel_source"
     wanted = {key: (spec.artifacts[key].file.format(**fmt), spec.artifacts[key].url.format(**fmt))
-              for key in ("sglang_source", kernel)}
+              for key in (kernel,)}
     resolved = sources.artifacts.resolve(f"sglang {pins.sglang}", wanted, spec.sha256)
     return {key: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": key} for key, a in resolved.items()}
+
+
+def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
+    """The stage's lock (checked against the matrix) and the sdist its source package builds from:
+    from --artifacts-dir when it holds the file (it must have the lock's sha256), else the index's URL.
+    A preview render (not strict) of a missing or stale lock renders with a placeholder and says why."""
+    try:
+        lock = load_lock(v)
+    except LockError as exc:
+        if sources.artifacts.strict:
+            raise
+        sdist = {"file": "lock-missing.tar.gz", "url": "lock-missing", "sha256": MISSING_SHA256}
+        return ({"sdist": sdist, "build_requirements": ["setuptools"], "from_source": [], "missing": str(exc)},
+                f"# LOCK MISSING OR STALE: {exc}\n".encode())
+    file, url, sha256 = lock.source_sdist
+    directory = sources.artifacts.directory
+    if directory is not None and (directory / file).is_file():
+        local = sha256_file(directory / file)
+        if local != sha256:
+            raise LockError(f"{directory / file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
+        url = f"{SERVER_VAR}/artifacts/{file}"
+    return ({"sdist": {"file": file, "url": url, "sha256": sha256}, "build_requirements": list(lock.build_requirements),
+             "from_source": list(lock.from_source), "missing": ""}, lock.text.encode())
 
 
 def _json(doc: Any) -> bytes:

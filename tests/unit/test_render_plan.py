@@ -123,7 +123,9 @@ def test_backend_stage_sets_only_what_it_changes(matrix, tmp_path):
     df = (ctx["vllm:a3"] / "Dockerfile").read_text()
     assert 'TASK_QUEUE_ENABLE="1"' in df and "VLLM_USE_V1" in df
     assert "HCCL_CONNECT_TIMEOUT" not in df
-    assert "VLLM_TARGET_DEVICE=empty" in df and '"vllm==0.13.0"' in df and '"triton-ascend==3.2.0"' in df
+    assert "VLLM_TARGET_DEVICE=empty" in df and '"$work/vllm-0.13.0.tar.gz"' in df and "--no-binary" not in df
+    assert "-r /etc/ascend-images/backend-lock.txt" in df and "pip check" in df
+    assert "\ntriton-ascend==3.2.0 " in (ctx["vllm:a3"] / "backend-lock.txt").read_text()
 
 
 def test_image_source_needs_an_official_os(matrix):
