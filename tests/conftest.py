@@ -50,6 +50,8 @@ TEST_NAMESPACE = "ascend-images-test"
 CI_SELECTIONS = [
     {"device": "a2,a3", "backend": "none", "release": "cann8.5.0-pt2.8.0"},
     {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
+    # a backend end to end from its lock: vllm 0.13.0 (sdist, VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.13.0
+    {"device": "a3", "backend": "vllm", "release": "cann8.5.0-pt2.8.0"},
 ]
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")

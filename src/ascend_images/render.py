@@ -178,6 +178,7 @@ class Renderer:
                 **stage_labels(stage),
             },
             "os": {"family": os_spec.family, "python_bin": os_spec.python_bin,
+                   "python_dev_packages": list(os_spec.python_dev_packages),
                    "packages": list(os_spec.base_packages)
                    + (list(os_spec.python_packages) if v.python == "system" else [])},
             "python": {"flavour": v.python, "version": v.python_version},

@@ -47,6 +47,8 @@ class OsSpec(Strict):
     family: Literal["apt", "dnf"]
     image: str
     python_packages: list[str]
+    # headers for building C extensions against the system Python (locked sdists without a wheel)
+    python_dev_packages: list[str]
     python_bin: str
     base_packages: list[str]
     official_cann_os: str | None = None

@@ -1,0 +1,54 @@
+"""`invoke lock` for real: uv resolves against PyPI for aarch64 / Python 3.11 from this x86_64 host."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ascend_images.lockfile import check_lock, lock_spec, parse_lock
+from ascend_images.lockgen import LockMaker
+from ascend_images.matrix import load_matrix, select
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.network
+
+
+def test_lock_resolves_for_the_target_platform(tmp_path, work_dir):
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    (v,) = select(matrix, device="a3", backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    spec = lock_spec(v)
+    lines: list[str] = []
+    path = LockMaker(lines.append, work_dir / "cache" / "sdists").make(spec, tmp_path / "locks")
+    lock = parse_lock(path)
+    check_lock(spec, lock)
+    committed = parse_lock(spec.path(ROOT / "locks"))
+    # transitive versions may move as PyPI publishes; what the release pins may not
+    for name in ("torch", "torch-npu", "vllm-ascend", "triton-ascend", "numpy"):
+        assert lock.pins[name] == committed.pins[name], name
+    assert lock.source_sdist == committed.source_sdist  # PyPI's sdist and its sha256
+    assert "arctic-inference" in lock.from_source and "nanobind" in lock.build_requirements
+    # resolved for aarch64: aarch64-only wheels' packages are present, x86-only ones are not
+    assert not [n for n in lock.pins if n.startswith("nvidia-")]
+    assert any("has no aarch64-manylinux_2_35 wheel" in line for line in lines)
+
+
+def _invoke(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_lock_check_passes_here_and_fails_on_a_changed_pin(tmp_path):
+    ok = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "2 of 2 locks fresh" in ok.stdout
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["vllm_ascend"] = "0.13.0rc3"
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    stale = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0",
+                    "--matrix", str(tmp_path / "matrix.yaml"))
+    assert stale.returncode == 1
+    assert "vllm-aarch64.txt is stale" in stale.stdout and "1 of 2 locks fresh" in stale.stdout

@@ -1,0 +1,63 @@
+"""Which image a stage reuses when several carry its content key (forced rebuilds leave twins)."""
+
+from __future__ import annotations
+
+import docker
+import pytest
+
+from ascend_images.build import CONTENT_KEY_LABEL, Builder, BuildSettings
+from ascend_images.sources import CannSource, Sources
+
+
+class FakeApi:
+    """The two engine calls the lookup makes, over an in-memory image list."""
+
+    def __init__(self, images: list[dict], tags: dict[str, str]):
+        self._images = {i["Id"]: i for i in images}
+        self._tags = tags
+
+    def inspect_image(self, ref: str) -> dict:
+        image_id = self._tags.get(ref)
+        if image_id is None:
+            raise docker.errors.ImageNotFound(ref)
+        image = self._images[image_id]
+        return {"Id": image_id, "Config": {"Labels": image["Labels"]}}
+
+    def images(self, filters: dict) -> list[dict]:
+        label = filters["label"]
+        key = label.split("=", 1)[1]
+        return [i for i in self._images.values() if i["Labels"].get(CONTENT_KEY_LABEL) == key]
+
+
+class FakeClient:
+    def __init__(self, api: FakeApi):
+        self.api = api
+
+
+def _image(image_id: str, key: str, created: int) -> dict:
+    return {"Id": image_id, "Created": created, "Labels": {CONTENT_KEY_LABEL: key}}
+
+
+def _builder(api: FakeApi, tmp_path) -> Builder:
+    return Builder(FakeClient(api), BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path),
+                   out=lambda line: None)
+
+
+TAG = "ns/torch-npu:2.8.0.post2-cann8.5.0-a3-debian12-py3.11-arm64"
+
+
+def test_the_tagged_twin_wins_over_a_newer_one(tmp_path):
+    api = FakeApi([_image("sha256:old", "k1", 100), _image("sha256:new", "k1", 200)], {TAG: "sha256:old"})
+    assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:old"
+
+
+def test_without_a_matching_tag_the_newest_twin_wins(tmp_path):
+    api = FakeApi([_image("sha256:old", "k1", 100), _image("sha256:new", "k1", 200), _image("sha256:x", "k2", 300)],
+                  {TAG: "sha256:x"})  # the tag points to an image with another key
+    assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:new"
+
+
+@pytest.mark.parametrize("tags", [{}, {TAG: "sha256:x"}])
+def test_no_image_with_the_key_means_build(tmp_path, tags):
+    api = FakeApi([_image("sha256:x", "k2", 300)], tags)
+    assert _builder(api, tmp_path)._find_by_key("k1", TAG) is None
