@@ -142,6 +142,10 @@ def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out
     for stage, ctx, files, dockerfile in rendered:
         path = renderer.write(stage, out_dir, ctx, files, dockerfile)
         out(f"{stage.kind:13} {stage.tag:80} {path}")
+    stale = [s.tag for s in plan.stages if (out_dir / s.slug / "backend-lock.txt").is_file()
+             and (out_dir / s.slug / "backend-lock.txt").read_text().startswith("# LOCK MISSING")]
+    for tag in stale:
+        out(f"note: {tag}: no fresh backend lock, a build would stop here; see its backend-lock.txt (invoke lock)")
     if any("sha256-missing" in (out_dir / s.slug / "Dockerfile").read_text() for s in plan.stages):
         out("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
             "(--checksums FILE, or --cann-dir/--artifacts-dir)")
@@ -263,10 +267,12 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     client = connect()
     bases = base_images(variants, base_image, lambda ref: image_exists(client, ref))
     plan = make_plan(variants, PlanOptions(sources.cann, namespace, bases))
-    # resolve every download before the first stage starts, so a missing checksum fails in seconds
+    # resolve every download and backend lock before the first stage starts, so a missing checksum or a
+    # stale lock fails in seconds, not after an hour of CANN and torch
+    renderer = Renderer()
     for stage in plan.stages:
-        if stage.kind == "cann-install":
-            sources.cann.packages(stage.variant)
+        if stage.kind != "cann":  # its context needs the env captured from the built cann-install image
+            renderer.context(stage, sources)
     out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
     for stage in plan.stages:
         out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")

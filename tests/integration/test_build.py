@@ -142,3 +142,26 @@ def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_
     assert not docker_client.images.list(name=tag)
     # the parents were reused, not rebuilt
     assert sum("reused" in line for line in lines) == 3, lines
+
+
+def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fake_cann_dir, build_secrets):
+    import shutil
+
+    import yaml
+
+    from ascend_images.lockfile import LockError
+
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["triton_ascend"] = "3.2.1"
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    lines: list[str] = []
+    sel = cli.Selection(matrix=str(tmp_path / "matrix.yaml"), device="a3", backend="vllm",
+                        release="cann8.5.0-pt2.8.0", arch=TEST_ARCH)
+    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir))
+    inputs = cli.InputFlags(ca_bundle=str(build_secrets["ca"]))
+    namespace = "ascend-images-stale-lock-test"
+    with pytest.raises(LockError, match=r"vllm-aarch64.txt is stale.*invoke lock --release cann8.5.0-pt2.8.0"):
+        cli.build_selection(sel, flags, inputs, lines.append, work_dir=tmp_path, namespace=namespace)
+    assert not [line for line in lines if "building" in line or "reused" in line], lines
+    assert docker_client.images.list(name=f"{namespace}/*") == []

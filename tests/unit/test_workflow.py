@@ -77,5 +77,8 @@ def test_build_runs_on_native_runners_and_npu_gates_the_merge():
     assert push and "--only arch" in push[0]["run"]
     merge = [s for s in jobs["merge"]["steps"] if "invoke publish" in s.get("run", "")]
     assert merge and "--only lists" in merge[0]["run"]
+    for step in jobs["build"]["steps"]:
+        if step.get("run", "").startswith(("invoke build", "invoke test")):
+            assert "--checksums build/cann.sha256" in step["run"], step["name"]  # same content keys in both
     assert workflow["on"]["pull_request"] is None  # pull requests build and test, never publish
     assert "github.event_name != 'pull_request'" in workflow["env"]["PUBLISH"]
