@@ -47,9 +47,12 @@ def test_labels(docker_client, ci_builds):
             assert labels["io.ascend-images.hdk-floor"] == str(variant.hdk_floor)
             assert labels["io.ascend-images.torch"] == variant.torch
             assert labels["io.ascend-images.torch-npu"] == variant.torch_npu
-            assert labels["io.ascend-images.backend"] == "none"
+            assert labels["io.ascend-images.backend"] == variant.backend
             assert re.fullmatch(r"[0-9a-f]{64}", labels["io.ascend-images.content-key"])
-            assert labels["org.opencontainers.image.version"] == variant.torch_npu
+            pins = variant.backend_pins
+            version = {"none": variant.torch_npu, "vllm": getattr(pins, "vllm_ascend", None),
+                       "sglang": getattr(pins, "sglang", None)}[variant.backend]
+            assert labels["org.opencontainers.image.version"] == version
             assert labels["org.opencontainers.image.created"]
             assert docker_client.images.get(top.tag).attrs["Architecture"] == variant.arch_spec.debian_arch
 
