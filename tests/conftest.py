@@ -193,3 +193,8 @@ def registry(tmp_path, docker_client):
     reg.start()
     yield reg
     reg.stop()
+    # the engine keeps a tag per push and pull; this registry's port is gone after the test, so are they
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if tag.startswith(f"{reg.host}/"):
+                docker_client.images.remove(tag, noprune=True)
