@@ -15,7 +15,7 @@ from pathlib import Path
 from .envs import effective_env
 from .errors import AscendImagesError, SelectionError
 from .lockfile import LockError, LockSpec, check_lock, load_lock, lock_specs, locks_dir, parse_lock
-from .matrix import Matrix, Variant, all_variants, load_matrix, parse_env_overrides, select, unknown
+from .matrix import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides, select
 from .plan import BuildPlan, PlanOptions, make_plan
 from .render import Renderer
 from .rules import RULES, enforce, evaluate
@@ -142,10 +142,9 @@ def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out
     for stage, ctx, files, dockerfile in rendered:
         path = renderer.write(stage, out_dir, ctx, files, dockerfile)
         out(f"{stage.kind:13} {stage.tag:80} {path}")
-    stale = [s.tag for s in plan.stages if (out_dir / s.slug / "backend-lock.txt").is_file()
-             and (out_dir / s.slug / "backend-lock.txt").read_text().startswith("# LOCK MISSING")]
-    for tag in stale:
-        out(f"note: {tag}: no fresh backend lock, a build would stop here; see its backend-lock.txt (invoke lock)")
+    for stage, ctx, _, _ in rendered:
+        if ctx.get("lock", {}).get("missing"):
+            out(f"note: {stage.tag}: no fresh backend lock, a build would stop here: {ctx['lock']['missing']}")
     if any("sha256-missing" in (out_dir / s.slug / "Dockerfile").read_text() for s in plan.stages):
         out("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
             "(--checksums FILE, or --cann-dir/--artifacts-dir)")
@@ -539,27 +538,14 @@ class LockFlags:
 def lock_selection(sel: Selection, flags: LockFlags) -> list[LockSpec]:
     matrix = sel.load()
     variants = all_variants(matrix)
-    wanted = {
-        "release": _csv(flags.release, "--release", matrix.spec.releases),
-        "backend": _csv(flags.backend, "--backend", ["vllm", "sglang"]),
-        "arch": _csv(flags.arch, "--arch", matrix.spec.arches),
-    }
-    chosen = [v for v in variants
-              if all(w is None or getattr(v, "release_name" if k == "release" else k) in w for k, w in wanted.items())]
+    releases = choices("release", "--release", flags.release, matrix.spec.releases)
+    backends = choices("backend", "--backend", flags.backend, ["vllm", "sglang"])
+    arches = choices("arch", "--arch", flags.arch, matrix.spec.arches)
+    chosen = [v for v in variants if v.release_name in releases and v.backend in backends and v.arch in arches]
     specs = lock_specs(matrix, chosen)
     if not specs:
         raise SelectionError("no release in the selection has a vllm or sglang backend to lock")
     return specs
-
-
-def _csv(value: str | None, flag: str, valid: Iterable[str]) -> list[str] | None:
-    if value is None:
-        return None
-    items = [x.strip() for x in value.split(",") if x.strip()]
-    for item in items:
-        if item not in valid:
-            raise SelectionError(unknown(flag.lstrip("-"), item, valid, f"from {flag}"))
-    return items
 
 
 def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache_dir: Path) -> int:

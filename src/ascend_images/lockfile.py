@@ -124,7 +124,11 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;#]+)")
 
 
 def parse_lock(path: Path) -> Lock:
-    text = path.read_text(encoding="utf-8")
+    return parse_lock_text(path.read_text(encoding="utf-8"), path)
+
+
+def parse_lock_text(text: str, path: Path) -> Lock:
+    """A lock's header and pins; `path` names it in errors (the text may come from elsewhere, e.g. an image)."""
     header: dict[str, str] = {}
     pins: dict[str, str] = {}
     for n, line in enumerate(text.splitlines(), 1):

@@ -21,7 +21,16 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from .lockfile import HELD, LOCK_FORMAT, Lock, LockError, LockSpec, SourcePackage, check_lock, parse_lock
+from .lockfile import (
+    HELD,
+    LOCK_FORMAT,
+    LockError,
+    LockSpec,
+    SourcePackage,
+    check_lock,
+    parse_lock,
+    parse_lock_text,
+)
 from .pypi import PYPI_SIMPLE, IndexFile, download, find_sdist, has_wheel, index_files, normalize
 
 Out = Callable[[str], None]
@@ -226,15 +235,10 @@ def _uv_version() -> str:
 def write_lock(spec: LockSpec, root: Path, text: str) -> Path:
     """Atomic: a lock that fails its own check is never left in place."""
     path = spec.path(root)
+    check_lock(spec, parse_lock_text(text, path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
-    try:
-        lock = parse_lock(tmp)
-        check_lock(spec, Lock(path, lock.header, lock.pins, lock.text))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     tmp.replace(path)
     return path
 

@@ -269,6 +269,12 @@ def _pick(kind: str, flag: str, wanted: list[str] | None, valid: Iterable[str], 
     return chosen
 
 
+def choices(kind: str, flag: str, value: str | None, valid: Iterable[str]) -> list[str]:
+    """A comma-separated flag's values, each checked against `valid`; all of them when the flag is unset."""
+    valid = list(valid)
+    return _pick(kind, flag, _split(value), valid, valid)
+
+
 def select(
     matrix: Matrix,
     *,

@@ -291,8 +291,7 @@ def _sglang_artifacts(v: Variant, sources: Sources) -> dict[str, dict[str, str]]
     fmt = {"version": pins.sglang, "tag": pins.sgl_kernel_npu.tag, "torch": v.torch,
            "cann": v.cann_version.tag, "chip": v.device_spec.chip, "arch": v.arch}
     kernel = "kernel_release" if pins.sgl_kernel_npu.from_ == "release" else "kernel_source"
-    wanted = {key: (spec.artifacts[key].file.format(**fmt), spec.artifacts[key].url.format(**fmt))
-              for key in (kernel,)}
+    wanted = {kernel: (spec.artifacts[kernel].file.format(**fmt), spec.artifacts[kernel].url.format(**fmt))}
     resolved = sources.artifacts.resolve(f"sglang {pins.sglang}", wanted, spec.sha256)
     return {key: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": key} for key, a in resolved.items()}
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
 from ascend_images.envcapture import PATH_LIKE, clean_path_list
 from ascend_images.envs import effective_env
+from ascend_images.lockfile import parse_lock_text
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SHELLS = {
@@ -152,14 +154,8 @@ def test_backend_pins(host, variant):
 
 
 def backend_lock(host) -> dict[str, str]:
-    text = host.file("/etc/ascend-images/backend-lock.txt").content_string
-    pins = {}
-    for line in text.splitlines():
-        body = line.split("#", 1)[0].strip()
-        if body:
-            name, _, version = body.partition("==")
-            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
-    return pins
+    path = "/etc/ascend-images/backend-lock.txt"
+    return parse_lock_text(host.file(path).content_string, Path(path)).pins
 
 
 def test_backend_installs_exactly_its_lock(host, variant):
