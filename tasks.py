@@ -31,6 +31,8 @@ SOURCE_HELP = {
     "artifacts_dir": "directory of other downloads (SGLang sources, sgl-kernel-npu zips, BiSheng Python)",
     "torch_index_url": "extra pip index for torch ('' for none); default per arch from the matrix",
 }
+CACHE_HELP = {"cache_dir": "download cache filled by `invoke fetch` (default ~/.cache/ascend-images/downloads)",
+              "fetch": "run `invoke fetch` for the selection first, then build from the cache"}
 INPUT_HELP = {
     "os_mirror": "replaces the OS's package host during the build (the image keeps stock sources)",
     "pip_index_url": "pip index (may hold credentials; or set ASCEND_IMAGES_PIP_INDEX_URL)",
@@ -87,19 +89,29 @@ def render(c, device=None, backend=None, release=None, os=None, arch=None, pytho
          Path(out), print, namespace, base_image)
 
 
-@task(help={**SELECTION_HELP, **SOURCE_HELP, **INPUT_HELP},
+@task(help={**SELECTION_HELP, **SOURCE_HELP, **CACHE_HELP, **INPUT_HELP},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
 def build(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
           matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
-          artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None,
-          pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None,
-          netrc=None, base_image=None, namespace="ascend-images", work_dir="build", force=False):
+          artifacts_dir=None, torch_index_url=None, cache_dir=None, fetch=False, os_mirror=None,
+          pip_index_url=None, pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None,
+          ca_bundle=None, netrc=None, base_image=None, namespace="ascend-images", work_dir="build", force=False):
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     _run(cli.build_selection, _selection(matrix, device, backend, release, os, arch, python, profile, env),
-         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
+         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, cache_dir),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
-         print, work_dir=Path(work_dir), namespace=namespace, base_image=base_image, force=force)
+         print, work_dir=Path(work_dir), namespace=namespace, base_image=base_image, force=force, fetch=fetch)
+
+
+@task(help={**SELECTION_HELP, **SOURCE_HELP, "dest": "cache directory (default ~/.cache/ascend-images/downloads)"},
+      iterable=SELECTION_ITERABLE)
+def fetch(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
+          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          artifacts_dir=None, torch_index_url=None, dest=None):
+    """Download every file the selection needs (CANN, kernel zips, BiSheng Python, sdists) into the cache."""
+    _run(cli.fetch_selection, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, dest), print)
 
 
 @task(name="os-image", help={"os": "debian12", "arch": "x86_64 or aarch64 (foreign arches need qemu-user-static)",
@@ -183,14 +195,16 @@ def bench(c, device="a2,a3", backend="none", release=None, os=None, arch=None, p
             "force": "replace immutable tags that hold other images",
             "namespace": "local namespace the images were built under (default ascend-images)",
             "report": "where to write the JSON report of tags and digests",
-            "only": "all (default) | arch (push this engine's per-arch tags) | lists (CI merge: lists + aliases)"},
+            "only": "all (default) | arch (push this engine's per-arch tags) | lists (CI merge: lists + aliases)",
+            "allow_test_double": "publish images built from test doubles (the project's own tests only)"},
       iterable=SELECTION_ITERABLE)
 def publish(c, registry, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None,
             env=None, matrix="matrix.yaml", dry_run=False, force=False, namespace="ascend-images",
-            report="build/publish-report.json", only="all"):
+            report="build/publish-report.json", only="all", allow_test_double=False):
     """Push per-arch tags, then manifest lists, then moving aliases; nothing partial."""
     _run(cli.publish, _selection(matrix, device, backend, release, os, arch, python, profile, env), print,
-         registry=registry, dry_run=dry_run, force=force, namespace=namespace, report_path=Path(report), only=only)
+         registry=registry, dry_run=dry_run, force=force, namespace=namespace, report_path=Path(report), only=only,
+         allow_test_double=allow_test_double)
 
 
 @task(name="ci-matrix", help={"matrix": SELECTION_HELP["matrix"],

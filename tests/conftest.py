@@ -50,8 +50,10 @@ TEST_NAMESPACE = "ascend-images-test"
 CI_SELECTIONS = [
     {"device": "a2,a3", "backend": "none", "release": "cann8.5.0-pt2.8.0"},
     {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
-    # a backend end to end from its lock: vllm 0.13.0 (sdist, VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.13.0
-    {"device": "a3", "backend": "vllm", "release": "cann8.5.0-pt2.8.0"},
+    # both backends end to end from their locks, on one A3 base, cann and torch: vllm 0.13.0 (sdist,
+    # VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.13.0; SGLang 0.5.10 (sdist, pyproject_npu.toml) + the fake
+    # sgl-kernel-npu 2026.02.01 release zip
+    {"device": "a3", "backend": "vllm,sglang", "release": "cann8.5.0-pt2.8.0"},
 ]
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -69,7 +71,17 @@ def fake_cann_dir(work_dir: Path) -> Path:
     from tests.fixtures.fake_cann.make_packages import write_packages
 
     out = work_dir / "fake-cann"
-    write_packages(out, ROOT / "matrix.yaml", arches=[TEST_ARCH])
+    write_packages(out, arches=[TEST_ARCH])
+    return out
+
+
+@pytest.fixture(scope="session")
+def fake_artifacts_dir(work_dir: Path) -> Path:
+    """The fake sgl-kernel-npu release zips (test doubles), served like an --artifacts-dir."""
+    from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
+
+    out = work_dir / "fake-artifacts"
+    write_zips(out, arches=[TEST_ARCH])
     return out
 
 
@@ -101,11 +113,13 @@ def os_image(docker_client) -> str:
     return tag
 
 
-def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print):
+def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print,
+                       artifacts_dir: Path | None = None):
     from ascend_images import cli
 
     sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **selection)
-    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir))
+    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir),
+                            artifacts_dir=str(artifacts_dir) if artifacts_dir else None)
     inputs = cli.InputFlags(ca_bundle=str(secrets["ca"]), netrc=str(secrets["netrc"]))
     return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=TEST_NAMESPACE)
 
@@ -122,10 +136,11 @@ def live_output(config):
 
 
 @pytest.fixture(scope="session")
-def ci_builds(docker_client, os_image, fake_cann_dir, build_secrets, work_dir, pytestconfig):
+def ci_builds(docker_client, os_image, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir, pytestconfig):
     """[(plan, results)] for each CI selection, built (or reused) once per session."""
     out = live_output(pytestconfig)
-    return [build_ci_selection(sel, fake_cann_dir, build_secrets, work_dir, out=out) for sel in CI_SELECTIONS]
+    return [build_ci_selection(sel, fake_cann_dir, build_secrets, work_dir, out=out, artifacts_dir=fake_artifacts_dir)
+            for sel in CI_SELECTIONS]
 
 
 @pytest.fixture(scope="session")

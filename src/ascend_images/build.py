@@ -194,8 +194,9 @@ class Builder:
         total = len(plan.stages)
         started = time.monotonic()
         sources = self.settings.sources
-        cann_dir = sources.cann.directory if sources.cann.kind == "local" else None
-        with BuildServer(self.settings.inputs, cann_dir, sources.artifacts.directory) as server:
+        cann_dir = sources.cann.directory if sources.cann.kind == "local" else sources.cann.cache
+        artifacts_dir = sources.artifacts.directory or sources.artifacts.cache
+        with BuildServer(self.settings.inputs, cann_dir, artifacts_dir) as server:
             for index, stage in enumerate(plan.stages, 1):
                 self.results[stage.tag] = self.build_stage(stage, index, total, server)
         results = [self.results[s.tag] for s in plan.stages]

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from .envs import effective_env
 from .errors import AscendImagesError, SelectionError
+from .fetch import default_cache, recorded_checksums
 from .lockfile import LockError, LockSpec, check_lock, load_lock, lock_specs, locks_dir, parse_lock
 from .matrix import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides, select
-from .plan import BuildPlan, PlanOptions, make_plan
-from .render import Renderer
+from .plan import DEFAULT_NAMESPACE, BuildPlan, PlanOptions, make_plan
+from .render import TEST_DOUBLE_LABEL, Renderer
 from .rules import RULES, enforce, evaluate
 from .sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
 
@@ -57,17 +58,30 @@ class SourceFlags:
     checksums: str | None = None
     artifacts_dir: str | None = None
     torch_index_url: str | None = None
+    cache_dir: str | None = None  # what `invoke fetch` downloaded; default ~/.cache/ascend-images/downloads
+
+    @property
+    def cann_kind(self) -> str:
+        return "local" if self.cann_dir and not self.cann_source else (self.cann_source or "")
+
+    def cache(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else default_cache()
+
+    def known_checksums(self, matrix: Matrix) -> dict[str, str]:
+        """Recorded on first use beside matrix.yaml, overridden by --checksums."""
+        given = parse_checksums(Path(self.checksums)) if self.checksums else {}
+        return {**recorded_checksums(matrix), **given}
 
     def sources(self, matrix: Matrix, *, strict: bool = True) -> Sources:
-        kind = self.cann_source or matrix.spec.defaults.cann_source
-        if self.cann_dir and not self.cann_source:
-            kind = "local"
+        kind = self.cann_kind or matrix.spec.defaults.cann_source
         if kind not in ("image", "url", "local"):
             raise SelectionError(f"--cann-source {kind!r}: valid: image, url, local")
-        checksums = parse_checksums(Path(self.checksums)) if self.checksums else {}
+        checksums = self.known_checksums(matrix)
+        cache = self.cache() if self.cache().is_dir() else None
         cann = CannSource(kind, Path(self.cann_dir) if self.cann_dir else None, checksums, self.cann_image,
-                          strict=strict)  # type: ignore[arg-type]
-        artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict)
+                          strict=strict, cache=cache)  # type: ignore[arg-type]
+        artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict,
+                                   cache)
         return Sources(cann, artifacts, self.torch_index_url)
 
 
@@ -251,9 +265,33 @@ class InputFlags:
         )
 
 
+def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None) -> list:
+    """`invoke fetch`: every download the selection needs, into the cache (CANN too, unless it comes from
+    --cann-dir or an image)."""
+    from .fetch import fetch_all, wanted_for
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    kind = flags.cann_kind or matrix.spec.defaults.cann_source
+    wanted = wanted_for(variants, cann=kind == "url")
+    if flags.artifacts_dir:  # those come from the directory the user named
+        wanted = [w for w in wanted if w.mount != "artifacts"]
+    cache = flags.cache()
+    out(f"fetch: {len(wanted)} file(s) for {len(variants)} variant(s) into {cache}")
+    given = parse_checksums(Path(flags.checksums)) if flags.checksums else {}
+    results = fetch_all(matrix, wanted, cache, out, checksums=given, stream=stream)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    out("fetch: " + (", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing to fetch"))
+    return results
+
+
 def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
                     work_dir: Path = Path("build"), namespace: str = "ascend-images",
-                    base_image: str | None = None, force: bool = False) -> tuple[BuildPlan, list]:
+                    base_image: str | None = None, force: bool = False,
+                    fetch: bool = False) -> tuple[BuildPlan, list]:
     """Validate everything, then build; returns (plan, results)."""
     from .build import Builder, BuildSettings, git_revision
     from .engine import connect, image_exists
@@ -261,7 +299,15 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     matrix = sel.load()
     variants = sel.variants(matrix)
     check_rules(variants, out)
+    if fetch:
+        fetch_selection(sel, flags, out)
     sources = flags.sources(matrix)
+    doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
+                                       ("artifacts", sources.artifacts.test_double)) if used]
+    if doubles and namespace == DEFAULT_NAMESPACE:
+        raise SelectionError(f"the {' and '.join(doubles)} are test doubles (tests/fixtures): build them under "
+                             f"a namespace of their own, e.g. --namespace {DEFAULT_NAMESPACE}-demo, so their tags "
+                             "never look like a real build's")
     inputs = input_flags.inputs()
     client = connect()
     bases = base_images(variants, base_image, lambda ref: image_exists(client, ref))
@@ -450,7 +496,8 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
 # --- invoke publish / ci-matrix --------------------------------------------------------------------
 def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, force: bool = False,
             namespace: str = "ascend-images", report_path: Path = Path("build/publish-report.json"),
-            on_step: Callable[[str, str], None] | None = None, only: str = "all") -> dict:
+            on_step: Callable[[str, str], None] | None = None, only: str = "all",
+            allow_test_double: bool = False) -> dict:
     """Push the selection's images (as built: the same flags as `invoke build`) to REGISTRY."""
     from .engine import connect
     from .publish import Publisher, Target, group_variants, write_report
@@ -463,7 +510,7 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
     plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), namespace))
     groups = group_variants([(plan, variants)], target)
     publisher = Publisher(connect(), RegistryClient(target.registry), target, out, force=force, dry_run=dry_run,
-                          on_step=on_step)
+                          allow_test_double=allow_test_double, on_step=on_step)
     report = publisher.run(groups, only=only)
     if not dry_run:
         write_report(report, report_path)
@@ -504,6 +551,9 @@ def inspect_image(ref: str, out: Out, as_json: bool = False) -> dict:
         out(json.dumps(facts, indent=2))
         return facts
     out(f"{facts['ref']}  {facts['id'][:19]}  {facts['architecture']}  {facts['size_mb']} MB")
+    double = facts["labels"].get(TEST_DOUBLE_LABEL)
+    if double:
+        out(f"TEST DOUBLE: built with fake {double} (tests/fixtures); invoke publish refuses it")
     for section in ("labels", "cann", "python", "env"):
         out(f"\n[{section}]")
         for key, value in facts[section].items():

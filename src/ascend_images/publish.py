@@ -26,6 +26,7 @@ from .errors import AscendImagesError
 from .matrix import Variant
 from .plan import BuildPlan
 from .registry import DOCKER_LIST, RegistryClient, RegistryError, manifest_list, retry
+from .render import TEST_DOUBLE_LABEL
 
 Out = Callable[[str], None]
 PUSH_BACKOFF = (1.0, 3.0)  # the engine already retries layer uploads itself
@@ -97,7 +98,7 @@ def group_variants(plans: list[tuple[BuildPlan, list[Variant]]], target: Target)
 
 class Publisher:
     def __init__(self, client: docker.DockerClient, registry: RegistryClient, target: Target, out: Out,
-                 *, force: bool = False, dry_run: bool = False,
+                 *, force: bool = False, dry_run: bool = False, allow_test_double: bool = False,
                  on_step: Callable[[str, str], None] | None = None):
         self.client = client
         self.registry = registry
@@ -105,6 +106,7 @@ class Publisher:
         self.out = out
         self.force = force
         self.dry_run = dry_run
+        self.allow_test_double = allow_test_double
         self.on_step = on_step or (lambda event, ref: None)
         self.report: dict[str, Any] = {"registry": f"{target.registry}/{target.namespace}".rstrip("/"),
                                        "tags": {}, "skipped": [], "dry_run": dry_run}
@@ -114,16 +116,27 @@ class Publisher:
 
     # --- 1 and 2: check everything before writing anything ---------------------------------------
     def check_local(self, groups: list[VariantRelease]) -> None:
-        missing = []
+        missing, doubles = [], []
         for group in groups:
             for image in group.images.values():
                 try:
-                    image.image_id = self.client.api.inspect_image(image.local)["Id"]
+                    attrs = self.client.api.inspect_image(image.local)
                 except docker.errors.ImageNotFound:
                     missing.append(image.local)
+                    continue
+                image.image_id = attrs["Id"]
+                double = ((attrs.get("Config") or {}).get("Labels") or {}).get(TEST_DOUBLE_LABEL)
+                if double:
+                    doubles.append(f"{image.local} (test double: {double})")
         if missing:
             raise PublishError("not on this engine (build them first; nothing was pushed):\n"
                                + "\n".join(f"  - {m}" for m in missing))
+        if doubles and not self.allow_test_double:
+            raise PublishError("refusing to publish images built from test doubles (fake CANN or fake kernels; "
+                               "nothing was pushed). Build them from real packages; --allow-test-double exists "
+                               "for the project's own tests only:\n" + "\n".join(f"  - {d}" for d in doubles))
+        for double in doubles:
+            self.out(f"warning: publishing a test-double image (--allow-test-double): {double}")
 
     def adopt_remote(self, groups: list[VariantRelease]) -> None:
         """Lists-only mode (CI's merge job): the per-arch images are in the registry, not on this engine."""

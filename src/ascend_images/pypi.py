@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from .download import sha256_file
 from .errors import AscendImagesError
-from .sources import sha256_file
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 

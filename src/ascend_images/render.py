@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from .artifacts import bisheng_wanted, sglang_wanted
 from .envs import EnvValue, baked_env, effective_env
 from .lockfile import LockError, load_lock
 from .matrix import Variant
@@ -27,6 +28,7 @@ from .sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
 IMAGES_DIR = Path(__file__).resolve().parents[2] / "images"
 FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
 LABEL_PREFIX = "io.ascend-images"
+TEST_DOUBLE_LABEL = f"{LABEL_PREFIX}.test-double"
 
 
 def dockerfile_value(value: str) -> str:
@@ -108,6 +110,17 @@ def stage_labels(stage: Stage) -> dict[str, str]:
         if v.user_env:
             labels[f"{LABEL_PREFIX}.user-env"] = ",".join(k for k, _ in v.user_env)
     return labels
+
+
+def test_doubles(stage: Stage, sources: Sources) -> list[str]:
+    """Which inputs of this image (its own or its parents') are test doubles: labels are inherited, but a
+    stage that sets the label must name every double below it too."""
+    out = []
+    if stage.kind != "base" and sources.cann.test_double:
+        out.append("cann")
+    if stage.variant.backend == "sglang" and stage.kind in ("sglang", "overlay") and sources.artifacts.test_double:
+        out.append("sgl-kernel-npu")
+    return out
 
 
 def _title(stage: Stage) -> tuple[str, str, str]:
@@ -193,6 +206,9 @@ class Renderer:
             "defaults": [],
             "user_env": bool(v.user_env),
         }
+        doubles = test_doubles(stage, sources)
+        if doubles:
+            ctx["labels"][TEST_DOUBLE_LABEL] = ",".join(doubles)
         files: dict[str, bytes] = {}
         if stage.kind == "base" or (stage.kind == "cann-install" and official_image):
             files.update(self._rootfs())
@@ -277,22 +293,12 @@ class Renderer:
 
 
 def _bisheng_artifacts(v: Variant, sources: Sources) -> list[dict[str, str]]:
-    py = v.python_spec
-    wanted = {"python": ("py311_bisheng.tar.gz", py.tarball_url or "")}
-    wanted |= {lib: (lib, f"{py.libs_url}{lib}") for lib in py.libs}
-    resolved = sources.artifacts.resolve(f"python {v.python}", wanted, py.sha256)
+    resolved = sources.artifacts.resolve(f"python {v.python}", bisheng_wanted(v))
     return [{"url": a.url, "sha256": a.sha256} for a in resolved.values()]
 
 
 def _sglang_artifacts(v: Variant, sources: Sources) -> dict[str, dict[str, str]]:
-    pins = v.backend_pins
-    assert isinstance(pins, SglangPins)
-    spec = v.matrix.spec.backends["sglang"]
-    fmt = {"version": pins.sglang, "tag": pins.sgl_kernel_npu.tag, "torch": v.torch,
-           "cann": v.cann_version.tag, "chip": v.device_spec.chip, "arch": v.arch}
-    kernel = "kernel_release" if pins.sgl_kernel_npu.from_ == "release" else "kernel_source"
-    wanted = {kernel: (spec.artifacts[kernel].file.format(**fmt), spec.artifacts[kernel].url.format(**fmt))}
-    resolved = sources.artifacts.resolve(f"sglang {pins.sglang}", wanted, spec.sha256)
+    resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
     return {key: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": key} for key, a in resolved.items()}
 
 

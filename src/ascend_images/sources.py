@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .artifacts import Wanted, cann_wanted
+from .download import sha256_file
 from .errors import SelectionError
 from .matrix import Variant
 
@@ -42,22 +43,14 @@ def parse_checksums(path: Path) -> dict[str, str]:
     return out
 
 
-_hash_cache: dict[tuple[str, int, int], str] = {}
-
-
-def sha256_file(path: Path) -> str:
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _hash_cache:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        _hash_cache[key] = digest.hexdigest()
-    return _hash_cache[key]
-
-
 MISSING_SHA256 = "sha256-missing"
+# A directory holding this file is a test double (fake CANN packages, fake kernel zips): every image
+# built from it carries the label TEST_DOUBLE_LABEL, which `invoke publish` refuses.
+TEST_DOUBLE_MARKER = "ASCEND-IMAGES-TEST-DOUBLE"
+
+
+def is_test_double(directory: Path | None) -> bool:
+    return directory is not None and (directory / TEST_DOUBLE_MARKER).is_file()
 
 
 @dataclass(frozen=True)
@@ -67,27 +60,36 @@ class Artifact:
     sha256: str
 
 
-def resolve_artifacts(what: str, wanted: dict[str, tuple[str, str]], known: dict[str, str],
-                      directory: Path | None, mount: str, strict: bool) -> dict[str, Artifact]:
-    """wanted: key -> (file name, upstream URL). From `directory` (served by the build server under
-    /<mount>/, sha256 computed here) or from upstream (sha256 from `known`, required when strict)."""
+def resolve_artifacts(what: str, wanted: list[Wanted], known: dict[str, str], directory: Path | None,
+                      strict: bool, cache: Path | None = None) -> dict[str, Artifact]:
+    """Where each wanted file comes from, in this order:
+    - `directory` (--cann-dir / --artifacts-dir): every file must be there;
+    - `cache` (filled by `invoke fetch`): the files it holds;
+    - upstream, with the sha256 from `known`, required when strict.
+    A local copy is served by the build server under /<mount>/; where a sha256 is known, the copy must have it."""
     out: dict[str, Artifact] = {}
     if directory is not None:
-        missing = [f for f, _ in wanted.values() if not (directory / f).is_file()]
+        missing = [w.file for w in wanted if not (directory / w.file).is_file()]
         if missing:
             have = sorted(p.name for p in directory.iterdir() if p.is_file()) or ["(nothing)"]
             raise SelectionError(f"{what} needs {', '.join(missing)} in {directory}; it has: {', '.join(have)}")
-        for key, (file, _) in wanted.items():
-            out[key] = Artifact(file, f"{SERVER_VAR}/{mount}/{file}", sha256_file(directory / file))
-        return out
-    missing = [f for f, _ in wanted.values() if f not in known]
-    if missing and strict:
-        raise SelectionError(
-            f"{what}: no sha256 for {', '.join(missing)}; add it to matrix.yaml or pass --checksums FILE "
-            "(sha256sum format), or put the files in a local directory (--cann-dir / --artifacts-dir)"
-        )
-    for key, (file, url) in wanted.items():
-        out[key] = Artifact(file, url, known.get(file, MISSING_SHA256))
+    for w in wanted:
+        expected = known.get(w.file) or w.sha256
+        local = next((d / w.file for d in (directory, cache) if d is not None and (d / w.file).is_file()), None)
+        if local is not None:
+            got = sha256_file(local)
+            if expected and got != expected:
+                raise SelectionError(f"{what}: {local} has sha256 {got}, but {expected} is expected "
+                                     "(matrix.yaml, the lock, or the checksums file); delete it and fetch it again")
+            out[w.key] = Artifact(w.file, f"{SERVER_VAR}/{w.mount}/{w.file}", got)
+            continue
+        if expected is None and strict:
+            raise SelectionError(
+                f"{what}: no sha256 for {w.file} (upstream publishes none). Fetch it first: `invoke fetch` "
+                "(or `invoke build ... --fetch`) downloads it and records its sha256 on first use; or pass "
+                "--checksums FILE, or put the file in a local directory (--cann-dir / --artifacts-dir)"
+            )
+        out[w.key] = Artifact(w.file, w.url, expected or MISSING_SHA256)
     return out
 
 
@@ -98,6 +100,7 @@ class CannSource:
     checksums: dict[str, str] = field(default_factory=dict)  # url: file -> sha256, over the matrix's
     image: str | None = None  # image: override the official image reference
     strict: bool = True  # False only to preview (render) without checksums
+    cache: Path | None = None  # url: files `invoke fetch` already downloaded are served from here
 
     def __post_init__(self) -> None:
         if self.kind == "local":
@@ -106,17 +109,17 @@ class CannSource:
             if not self.directory.is_dir():
                 raise SelectionError(f"--cann-dir {self.directory}: not a directory")
 
+    @property
+    def test_double(self) -> bool:
+        return self.kind == "local" and is_test_double(self.directory)
+
     def packages(self, variant: Variant) -> list[CannPackage]:
         if self.kind == "image":
             return []
-        cann = variant.matrix.spec.cann
-        version = urllib.parse.quote(variant.release.cann)
-        wanted = {kind: (f, cann.download_url.format(version=version, file=f))
-                  for kind, f in variant.package_files().items()}
         resolved = resolve_artifacts(
-            f"CANN {variant.release.cann} for {variant.device}/{variant.arch}", wanted,
-            {**variant.cann.sha256, **self.checksums},
-            self.directory if self.kind == "local" else None, "cann", self.strict,
+            f"CANN {variant.release.cann} for {variant.device}/{variant.arch}", cann_wanted(variant),
+            self.checksums, self.directory if self.kind == "local" else None, self.strict,
+            self.cache if self.kind == "url" else None,
         )
         return [CannPackage(kind, a.file, a.url, a.sha256) for kind, a in resolved.items()]
 
@@ -143,14 +146,18 @@ class ArtifactSource:
     directory: Path | None = None  # --artifacts-dir, for air-gapped hosts
     checksums: dict[str, str] = field(default_factory=dict)
     strict: bool = True
+    cache: Path | None = None  # files `invoke fetch` already downloaded
 
     def __post_init__(self) -> None:
         if self.directory is not None and not self.directory.is_dir():
             raise SelectionError(f"--artifacts-dir {self.directory}: not a directory")
 
-    def resolve(self, what: str, wanted: dict[str, tuple[str, str]], known: dict[str, str]) -> dict[str, Artifact]:
-        return resolve_artifacts(what, wanted, {**known, **self.checksums}, self.directory, "artifacts",
-                                 self.strict)
+    @property
+    def test_double(self) -> bool:
+        return is_test_double(self.directory)
+
+    def resolve(self, what: str, wanted: list[Wanted]) -> dict[str, Artifact]:
+        return resolve_artifacts(what, wanted, self.checksums, self.directory, self.strict, self.cache)
 
 
 @dataclass(frozen=True)

@@ -81,11 +81,12 @@ def test_torch_and_torch_npu_versions(docker_client, ci_builds):
             assert versions["torch-npu"] == variant.torch_npu
 
 
-def test_second_build_reuses_every_stage(ci_builds, fake_cann_dir, build_secrets, work_dir):
+def test_second_build_reuses_every_stage(ci_builds, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir):
     lines: list[str] = []
     assert ci_builds  # built once already
     for selection in CI_SELECTIONS:
-        _, results = build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=lines.append)
+        _, results = build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=lines.append,
+                                        artifacts_dir=fake_artifacts_dir)
         assert [r.status for r in results] == ["reused"] * len(results), lines
         assert all(r.seconds < 30 for r in results)
 

@@ -15,9 +15,23 @@ SELECTION = CI_SELECTIONS[0]  # A2 and A3, the default release for (device, none
 
 
 def publish(registry, lines, **kwargs):
+    """The CI images are built from the fake CANN, so these tests opt in with allow_test_double."""
     sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
+    kwargs.setdefault("allow_test_double", True)
     return cli.publish(sel, lines.append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
                        report_path=registry.root / "report.json", **kwargs)
+
+
+def test_test_double_images_are_refused(docker_client, ci_builds, registry):
+    lines: list[str] = []
+    refused = r"(?s)refusing to publish images built from test doubles.*test double: cann"
+    with pytest.raises(PublishError, match=refused):
+        publish(registry, lines, allow_test_double=False)
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{registry.host}/v2/_catalog", timeout=10) as response:
+        assert json.load(response)["repositories"] == []  # nothing pushed
 
 
 def test_publish_then_pull_back_with_the_same_digests(docker_client, ci_builds, registry):

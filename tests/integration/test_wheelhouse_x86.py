@@ -47,7 +47,7 @@ def two_arch_build(docker_client, x86_matrix, wheelhouse, build_secrets, work_di
     from tests.fixtures.fake_cann.make_packages import write_packages
 
     cann = work_dir / "fake-cann-both"
-    write_packages(cann, ROOT / "matrix.yaml", cann=["8.5.0"], arches=["x86_64", "aarch64"])
+    write_packages(cann, cann=["8.5.0"], arches=["x86_64", "aarch64"])
     if not docker_client.images.list(name="ascend-images/os:debian12-amd64"):
         cli.make_os_image(str(ROOT / "matrix.yaml"), "debian12", "x86_64", print)
     sel = cli.Selection(matrix=str(x86_matrix), device="a3", backend="none", release="test-wheelhouse",
@@ -87,7 +87,7 @@ def test_two_arch_variant_publishes_one_list_with_both_platforms(docker_client, 
     sel, _, _ = two_arch_build
     lines: list[str] = []
     kwargs = {"registry": f"{registry.host}/ascend", "namespace": TEST_NAMESPACE,
-              "report_path": registry.root / "report.json"}
+              "report_path": registry.root / "report.json", "allow_test_double": True}
     cli.publish(replace(sel, arch="x86_64"), lines.append, only="arch", **kwargs)
     with pytest.raises(PublishError, match=r"(?s)per-arch images missing from the registry.*arm64"):
         cli.publish(sel, lines.append, only="lists", **kwargs)  # never a list with a platform missing

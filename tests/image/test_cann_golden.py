@@ -1,0 +1,96 @@
+"""Each image against real CANN's published facts (tests/fixtures/cann_facts/cann.yaml: the official
+quay.io/ascend/cann images), not against matrix.yaml: the layout, the operator kernels of the device and
+every variable and path entry the env scripts set, seen by a process with no shell profile."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+FACTS = yaml.safe_load((ROOT / "tests/fixtures/cann_facts/cann.yaml").read_text())
+PATH_LISTS = {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}
+
+
+def golden_env(lines: list[str]) -> dict[str, str]:
+    """The official ENV lines applied in order from an empty environment, as Docker applies them."""
+    env: dict[str, str] = {}
+    for line in lines:
+        name, _, value = line.partition("=")
+        value = value[1:-1] if value.startswith('"') and value.endswith('"') else value
+        env[name] = re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), ""), value)
+    return env
+
+
+@pytest.fixture(scope="module")
+def facts(image, docker_client):
+    version = docker_client.images.get(image).labels["io.ascend-images.cann"]
+    if version not in FACTS["versions"]:
+        pytest.skip(f"no upstream facts for CANN {version} in tests/fixtures/cann_facts")
+    return FACTS["versions"][version]
+
+
+@pytest.fixture(scope="module")
+def chip(image, docker_client):
+    device = docker_client.images.get(image).labels["io.ascend-images.device"]
+    return FACTS["deliberate_differences"]["devices"]["map"][device]
+
+
+@pytest.fixture(scope="module")
+def seen_env(host) -> dict[str, str]:
+    out = host.check_output("env -0 | base64 -w0")
+    import base64
+
+    return dict(p.split("=", 1) for p in base64.b64decode(out).decode().split("\0") if "=" in p)
+
+
+def test_cann_layout_is_upstreams(host, facts):
+    assert host.file(facts["layout"]["home"]).is_directory
+    for link, target in facts["layout"]["links"].items():
+        node = host.file(link)
+        assert node.is_symlink, f"{link} is not a link"
+        assert node.linked_to.rstrip("/") == (target if target.startswith("/") else
+                                              f"{link.rsplit('/', 1)[0]}/{target}"), link
+    for script in facts["env_scripts"]:
+        assert host.file(script).is_file, script
+    for directory in facts["layout"]["required_by_torch_npu"]:
+        assert host.file(f"{facts['layout']['home']}/{directory}").is_directory, directory
+
+
+def test_operator_kernels_are_the_devices_only(host, facts, chip):
+    kernels = f"{facts['layout']['home']}/opp/built-in/op_impl/ai_core/tbe/kernel"
+    assert host.file(f"{kernels}/{facts['kernel_dirs'][chip]}").is_directory
+    for other, directory in facts["kernel_dirs"].items():
+        if other != chip:
+            assert not host.file(f"{kernels}/{directory}").exists, f"{directory} kernels in a {chip} image"
+
+
+def test_cann_env_is_upstreams(host, facts, seen_env):
+    """Every variable the official image sets from the env scripts, with its value; every entry of its
+    path lists present. The only differences allowed are the deliberate ones in cann.yaml."""
+    want = golden_env(facts["env"]["toolkit"] + facts["env"]["nnal"])
+    abi = host.check_output("python -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))'")
+    want["ATB_HOME_PATH"] = re.sub(r"cxx_abi_\d$", f"cxx_abi_{abi}", want["ATB_HOME_PATH"])  # atb_abi
+    problems = []
+    for name, value in want.items():
+        if name in PATH_LISTS:
+            have = seen_env.get(name, "").split(":")
+            problems += [f"{name} lacks {entry}" for entry in value.split(":") if entry and entry not in have]
+        elif seen_env.get(name) != value:
+            problems.append(f"{name}={seen_env.get(name)!r}, upstream {value!r}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_path_entry_exists_in_the_image(host, facts, seen_env):
+    """What the env names under /usr/local/Ascend exists (the driver's directories come from the host)."""
+    want = golden_env(facts["env"]["toolkit"] + facts["env"]["nnal"])
+    entries = {e for name in PATH_LISTS for e in want.get(name, "").split(":")
+               if e.startswith("/usr/local/Ascend/") and "/driver/" not in e}
+    quoted = " ".join(shlex.quote(e) for e in sorted(entries))
+    missing = host.check_output(f"for d in {quoted}; do [ -d \"$d\" ] || echo \"$d\"; done")
+    assert missing == ""

@@ -1,0 +1,231 @@
+"""`invoke fetch` against a real HTTP server on 127.0.0.1 serving fixture bytes (no mocked HTTP):
+resume after a broken transfer, retries on 5xx, sha256 refusals, trust on first use."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_images import cli
+from ascend_images.artifacts import Wanted
+from ascend_images.download import PARTIAL_DIR, DownloadError, Policy
+from ascend_images.errors import SelectionError
+from ascend_images.fetch import CHECKSUMS_FILE, fetch_all
+from ascend_images.matrix import load_matrix
+from tests.conftest import ROOT
+
+FAST = Policy(attempts=4, backoff=0.01, timeout=10)
+PAYLOAD = bytes(range(256)) * 4096  # 1 MiB, so a transfer can break in the middle
+
+
+class Server:
+    """Serves `files` with Range support; `script` lists per-path behaviours for the next requests:
+    'disconnect' (send half, then drop the connection) or an HTTP status."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.script: dict[str, list[str | int]] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.requests.append((self.path, dict(self.headers)))
+                plan = server.script.get(self.path) or []
+                action = plan.pop(0) if plan else None
+                data = server.files.get(self.path)
+                if isinstance(action, int):
+                    self.send_error(action)
+                    return
+                if data is None:
+                    self.send_error(404)
+                    return
+                start = 0
+                if self.headers.get("Range", "").startswith("bytes="):
+                    start = int(self.headers["Range"][6:].split("-")[0])
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(data) - start))
+                self.end_headers()
+                body = data[start:]
+                if action == "disconnect":
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    srv = Server()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def matrix_copy(tmp_path):
+    """The real matrix in a directory of its own, so the checksums file beside it is the test's."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text((ROOT / "matrix.yaml").read_text())
+    return load_matrix(path)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def wanted(server: Server, name: str, data: bytes, sha256: str | None = None, **headers) -> Wanted:
+    server.files[f"/{name}"] = data
+    return Wanted("test", name, server.url(f"/{name}"), "artifacts", sha256, headers)
+
+
+def test_resumes_with_a_range_request_after_a_broken_transfer(server, matrix_copy, tmp_path):
+    w = wanted(server, "big.run", PAYLOAD, sha(PAYLOAD))
+    server.script["/big.run"] = ["disconnect"]
+    lines: list[str] = []
+    (result,) = fetch_all(matrix_copy, [w], tmp_path / "cache", lines.append, policy=FAST, stream=io.StringIO())
+    assert result.status == "downloaded" and (tmp_path / "cache" / "big.run").read_bytes() == PAYLOAD
+    ranges = [h.get("Range") for p, h in server.requests]
+    assert ranges[0] is None and ranges[1] == f"bytes={len(PAYLOAD) // 2}-", ranges  # resumed, not restarted
+    assert any("attempt 1 failed" in line for line in lines)
+
+
+def test_retries_server_errors_then_succeeds(server, matrix_copy, tmp_path):
+    w = wanted(server, "flaky.zip", b"zip bytes", sha(b"zip bytes"))
+    server.script["/flaky.zip"] = [500, 500]
+    (result,) = fetch_all(matrix_copy, [w], tmp_path / "cache", print, policy=FAST, stream=io.StringIO())
+    assert result.status == "downloaded"
+    assert len(server.requests) == 3
+
+
+def test_gives_up_after_bounded_attempts(server, matrix_copy, tmp_path):
+    w = wanted(server, "down.zip", b"x", sha(b"x"))
+    server.script["/down.zip"] = [503] * 10
+    with pytest.raises(DownloadError, match="gave up after 4 attempts"):
+        fetch_all(matrix_copy, [w], tmp_path / "cache", print, policy=FAST, stream=io.StringIO())
+    assert len(server.requests) == 4
+    assert not (tmp_path / "cache" / "down.zip").exists()
+
+
+def test_a_404_is_not_retried(server, matrix_copy, tmp_path):
+    w = Wanted("test", "missing.run", server.url("/missing.run"), "cann", "0" * 64)
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch_all(matrix_copy, [w], tmp_path / "cache", print, policy=FAST, stream=io.StringIO())
+    assert len(server.requests) == 1
+
+
+def test_one_wrong_byte_is_refused_and_nothing_is_cached(server, matrix_copy, tmp_path):
+    broken = bytearray(PAYLOAD)
+    broken[1234] ^= 0xFF
+    w = wanted(server, "toolkit.run", bytes(broken), sha(PAYLOAD))
+    cache = tmp_path / "cache"
+    with pytest.raises(DownloadError) as caught:
+        fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+    assert sha(PAYLOAD) in str(caught.value) and sha(bytes(broken)) in str(caught.value)  # both hashes named
+    assert not (cache / "toolkit.run").exists()
+    assert list((cache / PARTIAL_DIR).iterdir()) == []
+
+
+def test_trust_on_first_use_records_then_refuses_a_changed_file(server, matrix_copy, tmp_path):
+    cache = tmp_path / "cache"
+    first = b"release zip, first upload"
+    w = wanted(server, "sgl-kernel-npu-x.zip", first)
+    lines: list[str] = []
+    (result,) = fetch_all(matrix_copy, [w], cache, lines.append, policy=FAST, stream=io.StringIO())
+    assert result.status == "trusted-on-first-use"
+    record = (tmp_path / CHECKSUMS_FILE).read_text()
+    assert f"{sha(first)}  sgl-kernel-npu-x.zip" in record and w.url in record
+    assert any(line.startswith("TRUST ON FIRST USE") for line in lines)
+    # fetched again: the cached copy matches the record
+    (again,) = fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+    assert again.status == "cached"
+    # upstream changes the file; a fresh cache downloads it and refuses it
+    server.files["/sgl-kernel-npu-x.zip"] = b"release zip, silently replaced"
+    with pytest.raises(DownloadError) as caught:
+        fetch_all(matrix_copy, [w], tmp_path / "cache2", print, policy=FAST, stream=io.StringIO())
+    message = str(caught.value)
+    assert sha(first) in message and sha(b"release zip, silently replaced") in message and "refused" in message
+    assert not (tmp_path / "cache2" / "sgl-kernel-npu-x.zip").exists()
+    # and a tampered cached copy is refused too
+    (cache / "sgl-kernel-npu-x.zip").write_bytes(b"tampered")
+    with pytest.raises(SelectionError, match=sha(first)):
+        fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+
+
+def test_progress_is_plain_lines_when_not_a_terminal(server, matrix_copy, tmp_path):
+    w = wanted(server, "p.run", PAYLOAD, sha(PAYLOAD))
+    stream = io.StringIO()
+    fetch_all(matrix_copy, [w], tmp_path / "cache", print, policy=FAST, stream=stream)
+    lines = stream.getvalue().splitlines()
+    assert lines and "\r" not in stream.getvalue()
+    assert lines[-1].startswith("p.run: 100% 1.0 MB/1.0 MB") and "ETA" in lines[-1]
+
+
+def test_fetch_task_for_a_selection_then_build_resolves_from_the_cache(server, tmp_path):
+    """The whole path: CANN packages named by the matrix, sent with Huawei's Referer, recorded on first use,
+    then a build's sources serve them from the cache (as a local directory would be)."""
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["cann"]["download_url"] = server.url("/CANN/{version}/{file}")
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    matrix = load_matrix(path)
+    sel = cli.Selection(matrix=str(path), device="a3", backend="none", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    (variant,) = sel.variants(matrix)
+    for file in variant.package_files().values():
+        server.files[f"/CANN/8.5.0/{file}"] = f"fake {file}".encode()
+    flags = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "cache"))
+    lines: list[str] = []
+    results = cli.fetch_selection(sel, flags, lines.append, stream=io.StringIO())
+    assert [r.status for r in results] == ["trusted-on-first-use"] * 3
+    assert all(h.get("Referer") == data["cann"]["download_referer"] for _, h in server.requests)
+    packages = flags.sources(matrix).cann.packages(variant)
+    assert [p.url for p in packages] == [f"${{ASCEND_BUILD_SERVER}}/cann/{f}" for f in variant.package_files().values()]
+    assert [p.sha256 for p in packages] == [sha(f"fake {f}".encode()) for f in variant.package_files().values()]
+    # without the cache, the recorded checksums still pin the upstream download
+    upstream = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "empty")).sources(matrix)
+    assert [p.sha256 for p in upstream.cann.packages(variant)] == [p.sha256 for p in packages]
+
+
+def test_build_without_checksums_or_cache_says_to_fetch(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_text((ROOT / "matrix.yaml").read_text())
+    matrix = load_matrix(path)
+    (variant,) = cli.Selection(matrix=str(path), device="a3", backend="none", arch="aarch64").variants(matrix)
+    sources = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "nothing")).sources(matrix)
+    missing = r"no sha256 for Ascend-cann-toolkit_8\.5\.0_linux-aarch64\.run.*invoke fetch"
+    with pytest.raises(SelectionError, match=missing):
+        sources.cann.packages(variant)
+
+
+def test_marked_directories_are_test_doubles(tmp_path):
+    from ascend_images.sources import TEST_DOUBLE_MARKER, CannSource
+
+    (tmp_path / "Ascend-cann-toolkit_8.5.0_linux-aarch64.run").write_text("x")
+    assert not CannSource("local", tmp_path).test_double
+    (tmp_path / TEST_DOUBLE_MARKER).write_text("fake")
+    assert CannSource("local", tmp_path).test_double
+    assert Path(ROOT / "tests/fixtures/fake_cann/make_packages.py").is_file()
