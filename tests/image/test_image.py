@@ -181,16 +181,20 @@ def test_torch_npu_loads_and_sees_no_npu(host):
 def test_backend_loads(host, variant):
     """As far as an image can go without an NPU: the backend's NPU code imports and its entry points run."""
     if variant.backend == "vllm":
-        code = ("import importlib.metadata as m; eps = m.entry_points(group='vllm.platform_plugins'); "
-                "ep = [e for e in eps if e.name == 'ascend'][0]; print(ep.value); print(ep.load()())")
+        # vLLM resolves its platform from the `vllm.platform_plugins` entry points: ours must name Ascend's
+        code = ("import importlib.metadata as m; ep = [e for e in m.entry_points(group='vllm.platform_plugins') "
+                "if e.name == 'ascend'][0]; print(ep.value); print(ep.load()()); "
+                "import vllm, vllm_ascend, vllm_ascend.platform; print(vllm_ascend.platform.NPUPlatform.device_name)")
         out = python_ok(host, code).splitlines()
-        assert out[0].startswith("vllm_ascend") and out[1].startswith("vllm_ascend."), out
-        python_ok(host, "import vllm, vllm_ascend; import vllm_ascend.platform")
+        assert out[0].startswith("vllm_ascend") and out[1] == "vllm_ascend.platform.NPUPlatform", out
+        assert out[2] == "npu", out
     elif variant.backend == "sglang":
         code = ("import importlib.metadata as m; ep = [e for e in m.entry_points(group='console_scripts') "
-                "if e.name == 'sglang'][0]; print(ep.value); ep.load()")
-        assert python_ok(host, code).startswith("sglang."), "console script"
-        python_ok(host, "import sgl_kernel_npu, deep_ep, torch_memory_saver")
+                "if e.name == 'sglang'][0]; print(ep.value); ep.load(); "
+                "import sgl_kernel_npu, deep_ep, torch_memory_saver; from sglang.srt.utils import is_npu; "
+                "print(is_npu())")
+        out = python_ok(host, code).splitlines()
+        assert out[0].startswith("sglang."), out
         result = host.run("python -m sglang.launch_server --help")
         assert result.rc == 0 and "--model-path" in result.stdout, result.stderr[-3000:]
     else:

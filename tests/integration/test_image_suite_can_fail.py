@@ -54,3 +54,42 @@ def test_each_broken_thing_is_reported_by_name(broken_image, work_dir):
     wrongly = MUST_STILL_PASS & failed
     assert not wrongly, f"unrelated checks failed: {sorted(wrongly)}"
     assert result.passed > 0
+
+
+# --- the Python stack checks (CANN fidelity): two images that look fine but cannot load torch_npu ------
+@pytest.fixture(scope="module")
+def stack_base(docker_client, ci_images):
+    return next(tag for tag in ci_images if "/torch-npu:" in tag and "-a3-" in tag)
+
+
+def derived(docker_client, base: str, tag: str, body: str) -> str:
+    platform = f"linux/{docker_client.images.get(base).attrs['Architecture']}"
+    docker_client.images.build(fileobj=io.BytesIO(f"FROM {base}\n{body}".encode()), tag=tag, rm=True,
+                               platform=platform, network_mode="host")
+    return tag
+
+
+def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_base, work_dir):
+    env = dict(e.split("=", 1) for e in docker_client.images.get(stack_base).attrs["Config"]["Env"])
+    kept = [p for p in env["LD_LIBRARY_PATH"].split(":") if not p.endswith(("/cann-8.5.0/lib64", "/latest/lib64"))]
+    assert len(kept) < len(env["LD_LIBRARY_PATH"].split(":"))
+    tag = derived(docker_client, stack_base, "ascend-images-test/broken-libpath:latest",
+                  f"ENV LD_LIBRARY_PATH={':'.join(kept)}\n")
+    try:
+        failed = set(run_image_suite(tag, work_dir).failed)
+    finally:
+        docker_client.images.remove(tag, force=True)
+    assert {"test_torch_npu_loads_and_sees_no_npu", "test_cann_env_is_upstreams"} <= failed, sorted(failed)
+    assert not {"test_torch_and_torch_npu_pins", "test_pip_check", "test_cann_layout_is_upstreams"} & failed
+
+
+def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, work_dir):
+    # torch_npu 2.7.1.post2 is built against torch 2.7.1; this image has torch 2.8.0
+    tag = derived(docker_client, stack_base, "ascend-images-test/broken-torch-npu:latest",
+                  "RUN PIP_CONSTRAINT= pip install --no-cache-dir --no-deps torch-npu==2.7.1.post2\n")
+    try:
+        failed = set(run_image_suite(tag, work_dir).failed)
+    finally:
+        docker_client.images.remove(tag, force=True)
+    assert {"test_torch_npu_loads_and_sees_no_npu", "test_torch_and_torch_npu_pins", "test_pip_check"} <= failed
+    assert not {"test_cann_env_is_upstreams", "test_cann_layout_is_upstreams", "test_labels"} & failed

@@ -1,7 +1,9 @@
 """A two-arch variant from a test matrix (torch_npu 2.13.0): on x86_64 torch 2.13.0's CPU wheel comes from
 a local wheelhouse (pip's find-links folder on this machine) served by the loopback server, since PyTorch's
-CPU index, which the real matrix uses on x86_64, is not reachable here; on aarch64 torch comes from PyPI.
-Then the variant is published as one manifest list with both platforms."""
+CPU index, which the real matrix uses on x86_64, is not reachable here. The aarch64 half only has to be a
+second platform of the same variant: PyPI's aarch64 torch 2.13.0 would pull about 4 GB of CUDA libraries,
+so the wheelhouse offers a metadata-only test double of it (`2.13.0+testdouble`, which pip prefers), while
+torch_npu still comes from PyPI. Then the variant is published as one manifest list with both platforms."""
 
 from __future__ import annotations
 
@@ -37,8 +39,12 @@ def wheelhouse(tmp_path_factory) -> Path:
     if not (WHEELHOUSE / TORCH_WHEEL).exists():
         pytest.skip(f"{WHEELHOUSE / TORCH_WHEEL} is not on this machine")
     # only the torch wheel: whatever else pip needs must come from PyPI, so the log proves where torch came from
+    from tests.fixtures.fake_sgl_kernel_npu.make_zips import wheel_bytes
+
     house = tmp_path_factory.mktemp("wheelhouse")
     (house / TORCH_WHEEL).symlink_to(WHEELHOUSE / TORCH_WHEEL)
+    name, data = wheel_bytes("torch", "2.13.0+testdouble", "torch", [], "aarch64", "instead of a 4 GB CUDA torch")
+    (house / name).write_bytes(data)
     return house
 
 
@@ -70,7 +76,7 @@ def test_each_arch_has_its_torch_and_x86_64_took_it_from_the_wheelhouse(docker_c
         seen[variant.arch] = json.loads(out)
         assert docker_client.images.get(top.tag).attrs["Architecture"] == variant.arch_spec.debian_arch
     assert seen == {"x86_64": {"torch": "2.13.0+cpu", "torch-npu": "2.13.0"},
-                    "aarch64": {"torch": "2.13.0", "torch-npu": "2.13.0"}}
+                    "aarch64": {"torch": "2.13.0+testdouble", "torch-npu": "2.13.0"}}
     x86_torch = next(r for r in results if r.kind == "torch" and r.tag.endswith("-amd64"))
     if x86_torch.log:  # built now (not reused): the log shows where pip took torch from
         log = Path(x86_torch.log).read_text()

@@ -1,0 +1,140 @@
+"""The test doubles themselves, on this host (no Docker): they must say what upstream says, and images
+built from them must carry the test-double label."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ascend_images import cli
+from ascend_images.plan import PlanOptions, make_plan
+from ascend_images.render import TEST_DOUBLE_LABEL, Renderer
+from tests.conftest import ROOT
+from tests.fixtures.cann_stubs.stub_source import (
+    DRV_INTERNAL_ERROR,
+    MARKER,
+    RETURNS_POINTER,
+    library_sources,
+    load_symbols,
+)
+from tests.fixtures.fake_cann.make_packages import MARKER_FILE, load_facts, write_packages
+from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
+from tests.image.test_cann_golden import golden_env
+
+HOST_ARCH = platform.machine()
+
+
+@pytest.fixture(scope="module")
+def stub_dir(tmp_path_factory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("stubs")
+    for soname, source in library_sources().items():
+        (out / f"{soname}.c").write_text(source)
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out / soname), str(out / f"{soname}.c"),
+                        f"-Wl,-soname,{soname}"], check=True)
+    return out
+
+
+def test_every_needed_soname_has_a_stub_with_its_symbols(stub_dir):
+    facts = load_symbols()
+    needed = {s for imp in facts["importers"] for s in imp["cann_needed"]}
+    assert needed == set(facts["libraries"]) and {"libascendcl.so", "libhccl.so", "libatb.so"} <= needed
+    for soname, entry in facts["libraries"].items():
+        out = subprocess.run(["readelf", "-W", "-d", "--dyn-syms", str(stub_dir / soname)], check=True,
+                             capture_output=True, text=True).stdout
+        assert f"Library soname: [{soname}]" in out
+        for name in entry["functions"] + entry["objects"] + entry["tls"]:
+            assert f" {name}\n" in out or out.rstrip().endswith(f" {name}"), f"{soname} lacks {name}"
+
+
+def test_stub_calls_fail_like_a_host_without_an_npu(stub_dir):
+    acl = ctypes.CDLL(str(stub_dir / "libascendcl.so"))
+    count = ctypes.c_uint32(7)
+    assert acl.aclrtGetDeviceCount(ctypes.byref(count)) == DRV_INTERNAL_ERROR
+    assert count.value == 7  # nothing written: callers must not read a count
+    assert (ctypes.c_char * 64).in_dll(acl, MARKER).value.startswith(b"ascend-images test double")
+    # a handle written through an argument: the call fails with the error code
+    stream = ctypes.c_void_p(1234)
+    assert acl.aclrtCreateStream(ctypes.byref(stream)) == DRV_INTERNAL_ERROR and stream.value == 1234
+    # AscendCL's aclCreate* return the object: NULL is their failure
+    create = acl.aclCreateDataBuffer
+    create.restype = ctypes.c_void_p
+    assert RETURNS_POINTER.match("aclCreateDataBuffer") and create(None, 0) is None
+
+
+@pytest.mark.parametrize("version", ["8.3.RC1", "8.5.0"])
+def test_fake_toolkit_and_nnal_set_exactly_the_official_env(tmp_path, version):
+    """Installed on this host (its own arch), the fake's env scripts yield the official image's ENV block."""
+    facts = load_facts()[version]
+    pkgs = tmp_path / "pkgs"
+    write_packages(pkgs, cann=[version], chips=["a3"], arches=[HOST_ARCH])
+    files = {p.name: p for p in pkgs.iterdir()}
+    assert MARKER_FILE in files
+    toolkit = files[facts["packages"]["toolkit"].format(arch=HOST_ARCH)]
+    ops = files[facts["packages"]["ops"]["a3"].format(arch=HOST_ARCH)]
+    nnal = files[facts["packages"]["nnal"].format(arch=HOST_ARCH)]
+    root = tmp_path / "Ascend"
+    for package in (toolkit, ops):
+        subprocess.run([str(package), "--quiet", "--install", "--install-for-all", f"--install-path={root}"],
+                       check=True)
+    env = {"PATH": os.environ["PATH"], "ASCEND_TOOLKIT_HOME": "x"}
+    subprocess.run([str(nnal), "--quiet", "--install", f"--install-path={root}"], check=True, env=env)
+    abi = next(line for line in facts["env"]["nnal"] if line.startswith("ATB_HOME_PATH="))[-1]
+    script = (f"source {root}/ascend-toolkit/set_env.sh && source {root}/nnal/atb/set_env.sh --cxx_abi={abi} "
+              "&& /usr/bin/env -0")
+    # from an empty environment (PATH too), as the official ENV lines are expanded
+    out = subprocess.run(["/usr/bin/env", "-i", "PATH=", "/bin/bash", "--noprofile", "--norc", "-c", script],
+                         check=True, capture_output=True, text=True).stdout
+    seen = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+    want = golden_env(facts["env"]["toolkit"] + facts["env"]["nnal"])
+    for name, value in want.items():
+        assert seen.get(name) == value, name  # the official image's value, to the byte
+    kernel = facts["layout"]["home"].replace("/usr/local/Ascend", str(root))
+    assert (Path(kernel) / "opp/built-in/op_impl/ai_core/tbe/kernel" / facts["kernel_dirs"]["a3"]).is_dir()
+    assert (Path(kernel) / "lib64" / "libascendcl.so").is_file()
+
+
+def test_fake_kernel_zip_has_the_release_name_and_three_wheels(tmp_path):
+    (path,) = [p for p in write_zips(tmp_path, arches=["aarch64"])
+               if p.name == "sgl-kernel-npu-2026.02.01-torch2.8.0-py311-cann8.5.0-a3-aarch64.zip"]
+    names = sorted(zipfile.ZipFile(path).namelist())
+    assert names == ["deep_ep-1.0.0-cp311-cp311-linux_aarch64.whl",
+                     "sgl_kernel_npu-2026.02.01-cp311-cp311-linux_aarch64.whl",
+                     "torch_memory_saver-0.0.8-cp311-cp311-linux_aarch64.whl"]
+
+
+def test_images_built_from_doubles_carry_the_label(tmp_path):
+    """Every stage from CANN down names the doubles below it; the base (no CANN) does not."""
+    write_packages(tmp_path / "cann", cann=["8.5.0"], chips=["a3"], arches=["aarch64"])
+    write_zips(tmp_path / "artifacts", arches=["aarch64"])
+    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="sglang", arch="aarch64")
+    flags = cli.SourceFlags(cann_dir=str(tmp_path / "cann"), artifacts_dir=str(tmp_path / "artifacts"))
+    matrix = sel.load()
+    sources = flags.sources(matrix)
+    plan = make_plan(sel.variants(matrix), PlanOptions(sources.cann, "ascend-images-test"))
+    labels = {s.kind: Renderer().context(s, sources, captured={"A": "1"})[0]["labels"].get(TEST_DOUBLE_LABEL)
+              for s in plan.stages}
+    assert labels == {"base": None, "cann-install": "cann", "cann": "cann", "torch": "cann",
+                      "sglang": "cann,sgl-kernel-npu"}
+    # the same packages without the marker file: a real CANN directory, no label
+    (tmp_path / "cann" / MARKER_FILE).unlink()
+    real = cli.SourceFlags(cann_dir=str(tmp_path / "cann")).sources(matrix)
+    stage = next(s for s in plan.stages if s.kind == "cann-install")
+    assert TEST_DOUBLE_LABEL not in Renderer().context(stage, real)[0]["labels"]
+
+
+def test_building_doubles_under_the_default_namespace_is_refused(tmp_path):
+    from ascend_images.errors import SelectionError
+
+    write_packages(tmp_path, cann=["8.5.0"], chips=["a3"], arches=["aarch64"])
+    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="none", arch="aarch64")
+    with pytest.raises(SelectionError, match="test doubles.*--namespace ascend-images-demo"):
+        cli.build_selection(sel, cli.SourceFlags(cann_dir=str(tmp_path)), cli.InputFlags(), print)
