@@ -225,6 +225,14 @@ def published_refs(c, report=None):
         print(ref)
 
 
+@task(name="npu-gate", help={"report": "a publish report of the build jobs (repeatable)",
+                             "runs": "TSV of REF<TAB>JUnit file, one line per image the NPU tests ran on"},
+      iterable=["report"])
+def npu_gate(c, report=None, runs="build/npu/runs.tsv"):
+    """Fail unless NPU tests really ran and passed in every pushed aarch64 image (never pass empty)."""
+    print(_run(cli.npu_gate, [Path(p) for p in report or []], Path(runs)))
+
+
 @task(help={"release": "release name(s), comma-separated; default: every release with a backend",
             "backend": "vllm, sglang (comma-separated); default: both",
             "arch": "x86_64, aarch64 (comma-separated); default: both",

@@ -227,6 +227,27 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
         out(line)
     out(f"hadolint: {len(errors)} errors, {len(findings) - len(errors)} warnings/infos")
     status |= result.returncode
+    status |= lint_workflows(out)
+    return status
+
+
+WORKFLOWS = PROJECT_ROOT / ".github" / "workflows"
+
+
+def lint_workflows(out: Out) -> int:
+    """actionlint (with shellcheck on run: scripts) and zizmor's offline security audits, medium and up."""
+    status = 0
+    workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
+    for tool, args in (("actionlint", ["-no-color", *workflows]),
+                       ("zizmor", ["--offline", "--min-severity", "medium", "--format", "plain", *workflows])):
+        binary = shutil.which(tool)
+        if binary is None:
+            raise AscendImagesError(f"{tool} is not installed: pip install -e '.[lint]'")
+        result = subprocess.run([binary, *args], capture_output=True, text=True, cwd=PROJECT_ROOT)
+        out(f"{tool}: {'clean' if result.returncode == 0 else 'FINDINGS'}")
+        if result.returncode:
+            out((result.stdout + result.stderr).strip())
+        status |= result.returncode
     return status
 
 
@@ -539,6 +560,21 @@ def ci_matrix(sel: Selection, lists: bool = False) -> dict:
         if lists:
             include.append({**base, "arches": ",".join(entry.arches), "name": name})
     return {"include": include}
+
+
+def npu_gate(reports: list[Path], runs: Path) -> str:
+    """The NPU job's gate: the aarch64 refs the build jobs pushed, and the JUnit file of each run."""
+    from .npugate import check_npu_gate
+    from .publish import report_refs
+
+    refs = [r for r in report_refs(reports) if "-arm64@" in r] if reports else []
+    ran: dict[str, Path] = {}
+    if runs.is_file():
+        for line in runs.read_text(encoding="utf-8").splitlines():
+            if "\t" in line:
+                ref, junit = line.split("\t", 1)
+                ran[ref] = Path(junit)
+    return check_npu_gate(refs, ran)
 
 
 # --- invoke inspect / diff -------------------------------------------------------------------------

@@ -82,3 +82,45 @@ def test_build_runs_on_native_runners_and_npu_gates_the_merge():
             assert "--checksums build/cann.sha256" in step["run"], step["name"]  # same content keys in both
     assert workflow["on"]["pull_request"] is None  # pull requests build and test, never publish
     assert "github.event_name != 'pull_request'" in workflow["env"]["PUBLISH"]
+
+
+def _zizmor(path) -> subprocess.CompletedProcess:
+    zizmor = shutil.which("zizmor")
+    if zizmor is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("zizmor is not installed (pip install -e '.[lint]')")
+        pytest.skip("zizmor is not installed")
+    return subprocess.run([zizmor, "--offline", "--min-severity", "medium", "--format", "plain", str(path)],
+                          cwd=ROOT, capture_output=True, text=True)
+
+
+def test_zizmor_finds_nothing_of_medium_severity_or_above():
+    result = _zizmor(WORKFLOW)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("what", "old", "new"), [
+    ("an action by tag", "actions/checkout@fbc6f3992d24b796d5a048ff273f7fcc4a7b6c09  # v5.1.0", "actions/checkout@v5"),
+    ("a matrix value expanded in a script", '--device "$DEVICE"', '--device "${{ matrix.device }}"'),
+    ("checkouts that keep their token (the default)", "        with:\n          persist-credentials: false\n", ""),
+])
+def test_zizmor_catches_a_reintroduced_finding(tmp_path, what, old, new):
+    text = WORKFLOW.read_text()
+    assert old in text, what
+    broken = tmp_path / "images.yml"
+    broken.write_text(text.replace(old, new))
+    assert _zizmor(broken).returncode != 0, what
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_version():
+    uses = re.findall(r"uses: (\S+)(.*)", WORKFLOW.read_text())
+    assert uses
+    for ref, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+        assert re.fullmatch(r"\s+# v\d+\.\d+\.\d+", comment), (ref, comment)
+
+
+def test_the_npu_job_ends_with_the_gate():
+    steps = _load()["jobs"]["npu"]["steps"]
+    assert "invoke npu-gate" in steps[-1]["run"]
+    assert "--junitxml" in steps[-2]["run"] and "runs.tsv" in steps[-2]["run"]
