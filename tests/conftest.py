@@ -150,61 +150,16 @@ def ci_images(ci_builds) -> list[str]:
 
 
 # --- a real registry on loopback (Debian's docker-registry), which tests may stop and restart ----------
-class LocalRegistry:
-    def __init__(self, root: Path):
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.config = root / "config.yml"
-        self.config.write_text(
-            "version: 0.1\n"
-            f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: 127.0.0.1:{self.port}\nlog:\n  level: warn\n"
-        )
-        self.process = None
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        import shutil
-        import subprocess
-        import time
-        import urllib.request
-
-        binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-        self.process = subprocess.Popen([binary, "serve", str(self.config)], stdout=subprocess.DEVNULL,
-                                        stderr=(self.root / "registry.log").open("ab"))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"docker-registry did not answer on {self.host}; log: {self.root / 'registry.log'}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-            self.process = None
-
-
-@pytest.fixture
-def registry(tmp_path, docker_client):
+def _local_registry(tmp_path, docker_client, users: dict[str, str] | None = None):
     import shutil
+
+    from tests.fixtures.registry import LocalRegistry
 
     if shutil.which("docker-registry") is None and not Path("/usr/bin/docker-registry").exists():
         if IN_CI:
             pytest.fail("CI=true but docker-registry is not installed (apt-get install docker-registry)")
         pytest.skip("docker-registry is not installed")
-    reg = LocalRegistry(tmp_path / "registry")
+    reg = LocalRegistry(tmp_path / "registry", users)
     reg.start()
     yield reg
     reg.stop()
@@ -213,3 +168,17 @@ def registry(tmp_path, docker_client):
         for tag in image.tags:
             if tag.startswith(f"{reg.host}/"):
                 docker_client.images.remove(tag, noprune=True)
+
+
+@pytest.fixture
+def registry(tmp_path, docker_client):
+    yield from _local_registry(tmp_path, docker_client)
+
+
+AUTH_USER, AUTH_PASSWORD = "publisher", "s3cret-for-tests"
+
+
+@pytest.fixture
+def auth_registry(tmp_path, docker_client):
+    """A second registry that requires basic authentication (htpasswd, bcrypt)."""
+    yield from _local_registry(tmp_path, docker_client, {AUTH_USER: AUTH_PASSWORD})

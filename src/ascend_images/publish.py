@@ -97,7 +97,7 @@ def group_variants(plans: list[tuple[BuildPlan, list[Variant]]], target: Target)
 
 
 class Publisher:
-    def __init__(self, client: docker.DockerClient, registry: RegistryClient, target: Target, out: Out,
+    def __init__(self, client: docker.DockerClient | None, registry: RegistryClient, target: Target, out: Out,
                  *, force: bool = False, dry_run: bool = False, allow_test_double: bool = False,
                  on_step: Callable[[str, str], None] | None = None):
         self.client = client
@@ -120,6 +120,7 @@ class Publisher:
         for group in groups:
             for image in group.images.values():
                 try:
+                    assert self.client is not None
                     attrs = self.client.api.inspect_image(image.local)
                 except docker.errors.ImageNotFound:
                     missing.append(image.local)
@@ -190,11 +191,16 @@ class Publisher:
         if self.dry_run:
             self.out(f"  would push {image.local} -> {remote_repo}:{image.tag}")
             return ""
-        self.client.api.tag(image.local, remote_repo, image.tag, force=True)
+        assert self.client is not None, "per-arch pushes need the engine that holds the images"
+        client = self.client
+        client.api.tag(image.local, remote_repo, image.tag, force=True)
+        # the engine reads `docker login` credentials itself; ours (the environment) must be handed to it
+        auth = ({"username": self.registry.auth[0], "password": self.registry.auth[1]}
+                if self.registry.auth else None)
 
         def push() -> str:
             digest = None
-            for chunk in self.client.api.push(remote_repo, tag=image.tag, stream=True, decode=True):
+            for chunk in client.api.push(remote_repo, tag=image.tag, stream=True, decode=True, auth_config=auth):
                 if "error" in chunk:
                     message = chunk.get("errorDetail", {}).get("message") or chunk["error"]
                     raise RegistryError(f"push {remote_repo}:{image.tag}: {message}",

@@ -91,7 +91,7 @@ class RegistryClient:
         self.scheme = "http" if (insecure if insecure is not None else local) else "https"
         self.timeout = timeout
         self.sleep = sleep
-        self._auth = credentials(host)
+        self.auth = credentials(host)
         self._tokens: dict[str, str] = {}
 
     # --- transport -----------------------------------------------------------------------------------
@@ -109,14 +109,20 @@ class RegistryClient:
             if exc.code == 401 and repo not in self._tokens and self._authorize(repo, exc.headers):
                 return self._request(method, repo, path, data, headers)
             body = exc.read().decode("utf-8", "replace")[:300]
+            if exc.code == 401:
+                said = ("refused the credentials given" if self.auth else
+                        "asks for credentials and none are configured")
+                raise RegistryError(f"{self.host} {said} ({method} {url}): log in with `docker login {self.host}` "
+                                    "or set ASCEND_IMAGES_REGISTRY_USER and ASCEND_IMAGES_REGISTRY_PASSWORD",
+                                    401) from None
             raise RegistryError(f"{method} {url}: HTTP {exc.code} {body.strip()}", exc.code,
                                 transient=exc.code >= 500 or exc.code == 429) from None
 
     def _authorize(self, repo: str, headers: Any) -> bool:
         challenge = headers.get("WWW-Authenticate", "")
-        if self._auth is None:
+        if self.auth is None:
             return False
-        user, password = self._auth
+        user, password = self.auth
         basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         if challenge.lower().startswith("basic"):
             self._tokens[repo] = basic

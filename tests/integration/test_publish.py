@@ -3,11 +3,13 @@ immutability; a registry stopped mid-publish, then restarted, and a re-run that 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ascend_images import cli
 from ascend_images.publish import PublishError
-from ascend_images.registry import DOCKER_LIST, RegistryClient
+from ascend_images.registry import DOCKER_LIST, RegistryClient, RegistryError
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
@@ -27,11 +29,7 @@ def test_test_double_images_are_refused(docker_client, ci_builds, registry):
     refused = r"(?s)refusing to publish images built from test doubles.*test double: cann"
     with pytest.raises(PublishError, match=refused):
         publish(registry, lines, allow_test_double=False)
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{registry.host}/v2/_catalog", timeout=10) as response:
-        assert json.load(response)["repositories"] == []  # nothing pushed
+    assert json.loads(registry.get("_catalog"))["repositories"] == []  # nothing pushed
 
 
 def test_publish_then_pull_back_with_the_same_digests(docker_client, ci_builds, registry):
@@ -115,3 +113,48 @@ def test_dry_run_pushes_nothing(docker_client, ci_builds, registry):
 
 def _darch() -> str:
     return {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
+
+
+# --- a registry that wants credentials ------------------------------------------------------------------
+def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_builds, auth_registry, monkeypatch):
+    """Per-arch pushes through the engine and lists through the registry API both authenticate; wrong or no
+    credentials stop before anything is pushed, with a message that says what to do."""
+    from tests.conftest import AUTH_PASSWORD, AUTH_USER
+
+    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
+    kwargs = {"registry": f"{auth_registry.host}/ascend", "namespace": TEST_NAMESPACE,
+              "report_path": auth_registry.root / "report.json", "allow_test_double": True}
+    lines: list[str] = []
+    monkeypatch.delenv("ASCEND_IMAGES_REGISTRY_USER", raising=False)
+    monkeypatch.delenv("ASCEND_IMAGES_REGISTRY_PASSWORD", raising=False)
+    with pytest.raises(RegistryError, match=r"asks for credentials and none are configured.*docker login"):
+        cli.publish(sel, lines.append, **kwargs)
+    monkeypatch.setenv("ASCEND_IMAGES_REGISTRY_USER", AUTH_USER)
+    monkeypatch.setenv("ASCEND_IMAGES_REGISTRY_PASSWORD", "wrong")
+    with pytest.raises(RegistryError, match="refused the credentials given"):
+        cli.publish(sel, lines.append, **kwargs)
+    assert json.loads(auth_registry.get("_catalog"))["repositories"] == []  # nothing pushed
+    monkeypatch.setenv("ASCEND_IMAGES_REGISTRY_PASSWORD", AUTH_PASSWORD)
+    cli.publish(sel, lines.append, only="arch", **kwargs)  # through the engine
+    report = cli.publish(sel, lines.append, only="lists", **kwargs)  # through the registry API
+    lists = [ref for ref in report["tags"] if ref.endswith("-py3.11")]
+    assert len(lists) == 2, report
+    for ref in lists:
+        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+        body = json.loads(auth_registry.get(f"{repo}/manifests/{tag}"))
+        assert [m["platform"]["architecture"] for m in body["manifests"]] == ["arm64"]
+
+
+def test_merge_job_writes_lists_without_an_engine(docker_client, ci_builds, registry, monkeypatch):
+    """CI's merge job: the per-arch jobs pushed and wrote their reports; the lists and aliases are then written
+    where no engine holds the images (here: no engine at all, DOCKER_HOST points nowhere)."""
+    lines: list[str] = []
+    per_arch = publish(registry, lines, only="arch")
+    assert all(ref.endswith("-arm64") for ref in per_arch["tags"])
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    report = publish(registry, lines, only="lists")
+    client = RegistryClient(registry.host)
+    for ref in (r for r in report["tags"] if r.endswith("-py3.11")):
+        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+        children = [m["digest"] for m in client.manifest(repo, tag).body["manifests"]]
+        assert children == [per_arch["tags"][f"{ref}-arm64"]]  # the very digests the per-arch job pushed
