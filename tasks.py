@@ -55,10 +55,21 @@ def _selection(matrix, device, backend, release, os, arch, python, profile, env)
 
 
 def _run(fn, *args, **kwargs):
+    """Every task's errors end as one message and an exit code, never as a traceback."""
+    import docker
+    import requests
+
+    from ascend_images.engine import explain
+    from ascend_images.errors import Interrupted
+
     try:
         return fn(*args, **kwargs)
+    except Interrupted as exc:
+        raise Exit(f"interrupted: {exc}", code=130) from None
     except AscendImagesError as exc:
         raise Exit(f"error: {exc}", code=2) from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException, PermissionError) as exc:
+        raise Exit(f"error: {explain(exc)}", code=2) from None
 
 
 @task(help=SELECTION_HELP, iterable=SELECTION_ITERABLE)

@@ -182,3 +182,64 @@ AUTH_USER, AUTH_PASSWORD = "publisher", "s3cret-for-tests"
 def auth_registry(tmp_path, docker_client):
     """A second registry that requires basic authentication (htpasswd, bcrypt)."""
     yield from _local_registry(tmp_path, docker_client, {AUTH_USER: AUTH_PASSWORD})
+
+
+# --- an x86_64 variant that builds natively in minutes: torch 2.13.0+cpu from this machine's wheelhouse ------
+WHEELHOUSE = Path("/opt/wheels")
+TORCH_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+X86_RELEASE = "test-wheelhouse"
+
+
+@pytest.fixture(scope="session")
+def x86_matrix(tmp_path_factory) -> Path:
+    """matrix.yaml plus a test release whose torch pair (2.13.0) has an x86_64 CPU wheel on this machine."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    data["torch"]["pairs"]["2.13.0"] = {"torch": "2.13.0", "cann": "8.5.0", "python": ">=3.10,<3.14",
+                                        "cxx11_abi": 1, "source": "PyPI (test pair)"}
+    data["releases"]["test-wheelhouse"] = {"description": "test: torch from a local wheelhouse", "cann": "8.5.0",
+                                           "torch_npu": "2.13.0", "python": ["system"], "backends": {"none": {}},
+                                           "source": "tests"}
+    data["arches"]["x86_64"]["torch_index_url"] = ""  # PyTorch's CPU index is unreachable: the wheelhouse has it
+    path = tmp_path_factory.mktemp("matrix") / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    """Only the torch wheels: whatever else pip needs comes from PyPI, so a log proves where torch came from."""
+    if not (WHEELHOUSE / TORCH_WHEEL).exists():
+        pytest.skip(f"{WHEELHOUSE / TORCH_WHEEL} is not on this machine")
+    # only the torch wheel: whatever else pip needs must come from PyPI, so the log proves where torch came from
+    from tests.fixtures.fake_sgl_kernel_npu.make_zips import wheel_bytes
+
+    house = tmp_path_factory.mktemp("wheelhouse")
+    (house / TORCH_WHEEL).symlink_to(WHEELHOUSE / TORCH_WHEEL)
+    name, data = wheel_bytes("torch", "2.13.0+testdouble", "torch", [], "aarch64", "instead of a 4 GB CUDA torch")
+    (house / name).write_bytes(data)
+    return house
+
+
+
+
+@pytest.fixture(scope="session")
+def os_image_amd64(docker_client) -> str:
+    from ascend_images.cli import make_os_image
+    from ascend_images.engine import image_exists
+    from ascend_images.osimage import local_os_image
+
+    tag = local_os_image("debian12", "amd64")
+    if not image_exists(docker_client, tag):
+        make_os_image(str(ROOT / "matrix.yaml"), "debian12", "x86_64", print)
+    return tag
+
+
+@pytest.fixture(scope="session")
+def fake_cann_both(work_dir: Path) -> Path:
+    from tests.fixtures.fake_cann.make_packages import write_packages
+
+    out = work_dir / "fake-cann-both"
+    write_packages(out, cann=["8.5.0"], arches=["x86_64", "aarch64"])
+    return out

@@ -8,6 +8,7 @@ it only once the build has succeeded, so a failed stage never gets a tag.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import re
@@ -20,8 +21,9 @@ from pathlib import Path
 import docker
 
 from .buildserver import BuildServer
+from .claims import claim, claims_dir
 from .envcapture import capture_env
-from .errors import BuildError
+from .errors import BuildError, Interrupted
 from .plan import BuildPlan, Stage
 from .progress import StageProgress, fmt_seconds, printer
 from .render import LABEL_PREFIX, Renderer
@@ -65,6 +67,10 @@ def content_key(context_dir: Path, parent_id: str, platform: str) -> str:
     return digest.hexdigest()
 
 
+def _claim_name(tag: str) -> str:
+    return "tag-" + hashlib.sha256(tag.encode()).hexdigest()[:32]
+
+
 def declared_args(dockerfile: str) -> set[str]:
     return set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE))
 
@@ -89,6 +95,11 @@ class Builder:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
         self.context_dir = settings.work_dir / "contexts"
+
+    @functools.cached_property
+    def claims(self) -> Path:
+        """Claims are per engine: two engines on one host build independently."""
+        return claims_dir(self.client.info().get("ID", "engine"))
 
     # --- helpers -------------------------------------------------------------------------------
     def _find_by_key(self, key: str, tag: str) -> str | None:
@@ -137,19 +148,34 @@ class Builder:
             parent_id = self.results[stage.parent.tag].image_id
         else:
             parent_id = self._external_parent_id(stage, platform)
-        captured = None
-        if stage.kind == "cann":
-            captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
-        ctx, files = self.renderer.context(stage, self.settings.sources, captured)
-        context = self.renderer.write(stage, self.context_dir, ctx, files)
-        key = content_key(context, parent_id, platform)
-        existing = None if self.settings.force else self._find_by_key(key, stage.tag)
-        if existing:
-            self._tag(existing, stage.tag)
-            self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
-            return StageResult(stage.tag, stage.kind, "reused", existing, key,
-                               time.monotonic() - started, None, str(context))
+        # Another process on this host may be building the same stage (same tag: same context directory) or
+        # the same content under another tag: claim both, wait for the holder, then reuse what it built.
+        with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
+            captured = None
+            if stage.kind == "cann":
+                captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
+            ctx, files = self.renderer.context(stage, self.settings.sources, captured)
+            context = self.renderer.write(stage, self.context_dir, ctx, files)
+            key = content_key(context, parent_id, platform)
+            existing = None if self.settings.force else self._find_by_key(key, stage.tag)
+            if existing:
+                return self._reuse(label, stage, existing, key, started, context)
+            with claim(self.claims, key, f"{label} {stage.tag}", self.out) as waited:
+                existing = self._find_by_key(key, stage.tag) if waited and not self.settings.force else None
+                if existing:
+                    return self._reuse(label, stage, existing, key, started, context)
+                return self._build_claimed(stage, label, index, key, context, server, started)
 
+    def _reuse(self, label: str, stage: Stage, image_id: str, key: str, started: float,
+               context: Path) -> StageResult:
+        self._tag(image_id, stage.tag)
+        self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
+        return StageResult(stage.tag, stage.kind, "reused", image_id, key, time.monotonic() - started, None,
+                           str(context))
+
+    def _build_claimed(self, stage: Stage, label: str, index: int, key: str, context: Path, server: BuildServer,
+                       started: float) -> StageResult:
+        platform = self._platform(stage)
         log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
         self.out(f"{label} {stage.tag}: building (log {log_path})")
         dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
@@ -167,16 +193,26 @@ class Builder:
                 path=str(context), rm=True, forcerm=True, pull=False, decode=True, nocache=self.settings.nocache,
                 network_mode="host", platform=platform, buildargs=buildargs, labels=labels,
             )
-            for chunk in stream:
-                if "stream" in chunk:
-                    for text in chunk["stream"].splitlines():
-                        progress.line(text)
-                if "aux" in chunk and "ID" in chunk["aux"]:
-                    image_id = chunk["aux"]["ID"]
-                if "error" in chunk:
-                    error = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-                    progress.line(f"ERROR: {error}")
+            try:
+                for chunk in stream:
+                    if "stream" in chunk:
+                        for text in chunk["stream"].splitlines():
+                            progress.line(text)
+                    if "aux" in chunk and "ID" in chunk["aux"]:
+                        image_id = chunk["aux"]["ID"]
+                    if "error" in chunk:
+                        error = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                        progress.line(f"ERROR: {error}")
+            except KeyboardInterrupt:
+                # dropping the connection makes the engine cancel the build and remove its container
+                stream.close()
+                progress.line("INTERRUPTED (Ctrl-C)")
+                raise Interrupted(f"{label} {stage.tag} stopped at step {progress.step or '?'} after "
+                                  f"{fmt_seconds(progress.elapsed)}; no tag was set for it, the stages before "
+                                  f"it are kept and reused next time. Log: {log_path}") from None
             step = progress.step
+        if error and "no space left on device" in error.lower():
+            error += " (the engine's disk is full: free space with `docker system prune`, then run again)"
         if error or not image_id:
             raise BuildError(
                 f"{label} {stage.tag} failed at step {step or '?'} after {fmt_seconds(progress.elapsed)}: "

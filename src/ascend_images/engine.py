@@ -10,17 +10,36 @@ from docker.errors import DockerException
 from .errors import DockerUnavailable
 
 
+def engine_host() -> str:
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
 def connect(timeout: int = 600) -> docker.DockerClient:
     try:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except DockerException as exc:
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise DockerUnavailable(
-            f"no Docker engine answers at {host} ({exc}). Start one (e.g. `bash scripts/setup-host.sh`, "
-            "or `dockerd &`) or set DOCKER_HOST."
-        ) from None
+        raise DockerUnavailable(explain(exc)) from None
     return client
+
+
+def explain(exc: BaseException) -> str:
+    """One line for an error from the Docker SDK or its transport: what failed and what to do."""
+    text = str(exc)
+    host = engine_host()
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return f"no such image on the engine at {host}: {getattr(exc, 'explanation', None) or text}. " \
+               "Build it (invoke build ...) or pull it; `docker images` lists what is there."
+    if "Permission denied" in text or isinstance(exc, PermissionError):
+        return f"permission denied on the Docker engine's socket ({host}): run as root, or add your user " \
+               "to the `docker` group and log in again."
+    if "no space left on device" in text.lower():
+        return f"the Docker engine ran out of disk space ({text.strip()[:200]}). Free some " \
+               "(`docker system prune`, `docker image prune`) or move its data root, then run again."
+    if isinstance(exc, docker.errors.APIError):
+        return f"the Docker engine at {host} refused: {getattr(exc, 'explanation', None) or text}"
+    return f"no Docker engine answers at {host} ({text.strip()[:200]}). Start one (e.g. " \
+           "`bash scripts/setup-host.sh`, or `dockerd &`) or set DOCKER_HOST to one that runs."
 
 
 def image_exists(client: docker.DockerClient, ref: str) -> bool:

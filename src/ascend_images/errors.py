@@ -29,5 +29,9 @@ class BuildError(AscendImagesError):
     """A stage failed to build."""
 
 
+class Interrupted(BuildError):
+    """The user stopped a build (Ctrl-C): nothing of the stage in progress was tagged."""
+
+
 class DockerUnavailable(AscendImagesError):
     """No Docker engine answers."""

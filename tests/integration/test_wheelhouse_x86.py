@@ -11,51 +11,17 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ascend_images import cli
-from tests.conftest import ROOT, TEST_NAMESPACE
+from tests.conftest import TEST_NAMESPACE, TORCH_WHEEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-WHEELHOUSE = Path("/opt/wheels")
-TORCH_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 
 
 @pytest.fixture(scope="module")
-def x86_matrix(tmp_path_factory) -> Path:
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    data["torch"]["pairs"]["2.13.0"] = {"torch": "2.13.0", "cann": "8.5.0", "python": ">=3.10,<3.14",
-                                        "cxx11_abi": 1, "source": "PyPI (test pair)"}
-    data["releases"]["test-wheelhouse"] = {"description": "test: torch from a local wheelhouse", "cann": "8.5.0",
-                                           "torch_npu": "2.13.0", "python": ["system"], "backends": {"none": {}},
-                                           "source": "tests"}
-    path = tmp_path_factory.mktemp("matrix") / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory) -> Path:
-    if not (WHEELHOUSE / TORCH_WHEEL).exists():
-        pytest.skip(f"{WHEELHOUSE / TORCH_WHEEL} is not on this machine")
-    # only the torch wheel: whatever else pip needs must come from PyPI, so the log proves where torch came from
-    from tests.fixtures.fake_sgl_kernel_npu.make_zips import wheel_bytes
-
-    house = tmp_path_factory.mktemp("wheelhouse")
-    (house / TORCH_WHEEL).symlink_to(WHEELHOUSE / TORCH_WHEEL)
-    name, data = wheel_bytes("torch", "2.13.0+testdouble", "torch", [], "aarch64", "instead of a 4 GB CUDA torch")
-    (house / name).write_bytes(data)
-    return house
-
-
-@pytest.fixture(scope="module")
-def two_arch_build(docker_client, x86_matrix, wheelhouse, build_secrets, work_dir, os_image):
-    from tests.fixtures.fake_cann.make_packages import write_packages
-
-    cann = work_dir / "fake-cann-both"
-    write_packages(cann, cann=["8.5.0"], arches=["x86_64", "aarch64"])
-    if not docker_client.images.list(name="ascend-images/os:debian12-amd64"):
-        cli.make_os_image(str(ROOT / "matrix.yaml"), "debian12", "x86_64", print)
+def two_arch_build(docker_client, x86_matrix, wheelhouse, build_secrets, work_dir, os_image, os_image_amd64,
+                   fake_cann_both):
+    cann = fake_cann_both
     sel = cli.Selection(matrix=str(x86_matrix), device="a3", backend="none", release="test-wheelhouse",
                         arch="x86_64,aarch64")
     lines: list[str] = []

@@ -1,0 +1,173 @@
+"""Builds that overlap, are interrupted, or meet a broken engine: real `invoke` processes on a real engine.
+
+The chains are x86_64 (native, minutes) from the test release whose torch comes from this machine's
+wheelhouse; each test uses a namespace of its own, so its stages are really built, not reused."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import ROOT, X86_RELEASE
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture
+def namespace(docker_client):
+    ns = f"ascend-images-robust-{uuid.uuid4().hex[:8]}"
+    yield ns
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if tag.startswith(f"{ns}/"):
+                docker_client.images.remove(tag, force=True)
+
+
+def build_args(matrix, cann, wheelhouse, ca, work_dir, namespace, device: str, **extra) -> list[str]:
+    args = [sys.executable, "-m", "invoke", "build", "--matrix", str(matrix), "--device", device,
+            "--backend", "none", "--release", X86_RELEASE, "--arch", "x86_64", "--cann-dir", str(cann),
+            "--wheelhouse", str(wheelhouse), "--ca-bundle", str(ca), "--namespace", namespace,
+            "--work-dir", str(work_dir)]
+    for flag, value in extra.items():
+        args += [f"--{flag.replace('_', '-')}", value]
+    return args
+
+
+def start(args: list[str], log) -> subprocess.Popen:
+    return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+@pytest.fixture
+def x86_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
+    return {"matrix": x86_matrix, "cann": fake_cann_both, "wheelhouse": wheelhouse, "ca": build_secrets["ca"],
+            "work_dir": tmp_path / "work"}
+
+
+def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inputs, namespace, tmp_path):
+    """`--device a2` and `--device a2,a3`, started together: both succeed, the shared A2 stages are built by
+    one of them while the other waits and reuses them, and no content key has two images."""
+    logs = [tmp_path / "one.log", tmp_path / "two.log"]
+    procs = []
+    for log, device in zip(logs, ["a2", "a2,a3"], strict=True):
+        procs.append(start(build_args(**x86_inputs, namespace=namespace, device=device), log.open("w")))
+        time.sleep(2)
+    codes = [p.wait(timeout=1800) for p in procs]
+    outs = [log.read_text() for log in logs]
+    assert codes == [0, 0], outs
+    built = [m for out in outs for m in re.findall(rf"\] ({re.escape(namespace)}/\S+): building", out)]
+    assert len(built) == len(set(built)), f"a stage was built twice: {built}"
+    shared = [t for t in built if "-a2-" in t]
+    assert len(shared) == 3, built  # cann-install, cann, torch of A2 (the base is shared by every namespace)
+    assert any("waiting for pid" in out for out in outs), outs
+    for tag in shared:
+        key = docker_client.images.get(tag).labels["io.ascend-images.content-key"]
+        twins = docker_client.api.images(filters={"label": f"io.ascend-images.content-key={key}"})
+        assert len(twins) == 1, f"{tag}: {len(twins)} images with one content key"
+
+
+def _interrupt(docker_client, x86_inputs, namespace, tmp_path, sig: int) -> tuple[int, str, str]:
+    """Start a build, wait until the torch stage is building, send `sig`; returns (exit code, output, tag)."""
+    log = tmp_path / "build.log"
+    proc = start(build_args(**x86_inputs, namespace=namespace, device="a2"), log.open("w"))
+    deadline = time.monotonic() + 900
+    tag = ""
+    while time.monotonic() < deadline and proc.poll() is None:
+        match = re.search(r"\[\d/\d torch\] (\S+): building", log.read_text())
+        if match:
+            tag = match.group(1)
+            break
+        time.sleep(1)
+    assert tag, log.read_text()
+    time.sleep(8)  # inside the torch install
+    os.killpg(proc.pid, sig) if sig == signal.SIGKILL else proc.send_signal(sig)
+    code = proc.wait(timeout=120)
+    return code, log.read_text(), tag
+
+
+def _no_build_container_left(docker_client, timeout: float = 60) -> bool:
+    """The engine removes a cancelled build's container; give it a moment to notice the client left."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [c for c in docker_client.containers.list() if "/bin/bash -o pipefail" in " ".join(
+            c.attrs.get("Config", {}).get("Cmd") or [])]
+        if not running:
+            return True
+        time.sleep(2)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_interrupted_build_leaves_no_tag_and_a_rerun_reuses_what_finished(docker_client, x86_inputs, namespace,
+                                                                           tmp_path, sig):
+    code, out, tag = _interrupt(docker_client, x86_inputs, namespace, tmp_path, sig)
+    if sig == signal.SIGINT:
+        assert code == 130, out
+        assert "interrupted:" in out and "no tag was set" in out and "Log: " in out, out[-2000:]
+        assert "Traceback" not in out
+    else:
+        assert code == -signal.SIGKILL
+    assert not docker_client.images.list(name=tag), f"{tag} was tagged"
+    assert _no_build_container_left(docker_client)
+    rerun = subprocess.run(build_args(**x86_inputs, namespace=namespace, device="a2"), cwd=ROOT,
+                           capture_output=True, text=True, timeout=1800)
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert len(re.findall(r": up to date \(content key", rerun.stdout)) == 3, rerun.stdout  # base, cann-install, cann
+    assert re.search(rf"\[4/4 torch\] {re.escape(tag)}: built in", rerun.stdout), rerun.stdout[-2000:]
+
+
+# --- engine faults: one line saying what to do, a non-zero exit, no traceback ------------------------------
+def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def assert_one_clear_line(result: subprocess.CompletedProcess, *phrases: str) -> None:
+    text = result.stdout + result.stderr
+    assert result.returncode != 0, text
+    assert "Traceback" not in text, text
+    for phrase in phrases:
+        assert phrase in text, text
+
+
+def test_missing_image(docker_client):
+    assert_one_clear_line(invoke("inspect", "nosuch/image:tag"), "error: no such image", "invoke build")
+
+
+def test_no_engine_at_docker_host(tmp_path):
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"}
+    assert_one_clear_line(invoke("inspect", "ascend-images/os:debian12-arm64", env=env),
+                          "no Docker engine answers at unix://", "DOCKER_HOST")
+    assert_one_clear_line(invoke("build", "--device", "a3", "--cann-dir", str(tmp_path), "--namespace", "x",
+                                 env=env), "no Docker engine answers")
+
+
+def test_unreachable_registry(docker_client, ci_builds):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = invoke("publish", "--registry", f"127.0.0.1:{port}/ascend", "--device", "a3", "--backend", "none",
+                    "--namespace", "ascend-images-test", "--allow-test-double")
+    assert_one_clear_line(result, "error:", f"127.0.0.1:{port}")
+
+
+def test_permission_and_disk_messages():
+    """Not provoked for real here (CI runs as root; the engine's disk is the host's): the messages for the
+    SDK's own exceptions of those kinds."""
+    import docker
+
+    from ascend_images.engine import explain
+
+    assert "docker` group" in explain(docker.errors.DockerException(
+        "Error while fetching server API version: ('Connection aborted.', PermissionError(13, 'Permission denied'))"))
+    assert "docker system prune" in explain(docker.errors.APIError(
+        "500 Server Error", explanation="write /var/lib/docker/tmp/x: no space left on device"))
