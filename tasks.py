@@ -164,20 +164,21 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
             "devices": "NPU numbers on the host, e.g. 0-3,6 (default 0)",
             "mode": "manual (--device and driver mounts) or runtime (Ascend Docker Runtime, ASCEND_VISIBLE_DEVICES)",
             "host_root": "look host devices and driver files up under this directory (default /)",
-            "full_driver": "mount the whole driver tree (HCCL topology), not lib64 and version.info only",
+            "driver_mounts": "auto (default: full for 2+ NPUs or A3), minimal (driver lib64 + version.info), full "
+                             "(the whole driver tree: HCCL topology files, hccn_tool)",
             "shm_size": "shared memory size (default 16g)", "ipc_host": "--ipc host",
             "network_host": "--network host (multi-node, serving)", "name": "container name",
             "print": "print the equivalent docker run line and a compose service instead of running"},
       iterable=SELECTION_ITERABLE)
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-        matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/", full_driver=False,
+        matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/", driver_mounts="auto",
         shm_size="16g", ipc_host=False, network_host=False, name=None, print=False):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     import shlex
     from builtins import print as echo
 
     code = _run(cli.run_image, _selection(matrix, device, backend, release, os, arch, python, profile, env),
-                cli.RunFlags(devices, mode, host_root, full_driver, shm_size, ipc_host, network_host, name), echo,
+                cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name), echo,
                 image=image, command=shlex.split(c.remainder or ""), print_only=print)
     if code:
         raise Exit(code=code)

@@ -8,7 +8,7 @@ mkdir -p "$log_dir"
 step() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 need=()
-# shellcheck: actionlint uses it to check the workflow's run: scripts
+# (shellcheck is what actionlint runs on the workflow's run: scripts)
 for pkg in docker.io debootstrap qemu-user-static binfmt-support docker-registry shellcheck; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
@@ -32,6 +32,24 @@ if ! docker info >/dev/null 2>&1; then
   nohup dockerd >"$log_dir/dockerd.log" 2>&1 &
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { tail -20 "$log_dir/dockerd.log"; echo "dockerd did not start" >&2; exit 1; }
+fi
+
+# The tests run containers with `--runtime ascend`. A host with neither the Ascend Docker Runtime nor an NPU
+# gets the test double (tests/fixtures/ascend_runtime), which records what it is given and runs runc.
+if ! docker info --format '{{json .Runtimes}}' | grep -q '"ascend"' && [ ! -e /dev/davinci_manager ]; then
+  step "registering the test-double 'ascend' runtime"
+  install -D -m 0755 tests/fixtures/ascend_runtime/ascend-runtime /usr/local/libexec/ascend-images-test/ascend-runtime
+  python3 - <<'PY'
+import json, pathlib
+path = pathlib.Path("/etc/docker/daemon.json")
+config = json.loads(path.read_text()) if path.exists() else {}
+config.setdefault("runtimes", {})["ascend"] = {"path": "/usr/local/libexec/ascend-images-test/ascend-runtime"}
+path.parent.mkdir(parents=True, exist_ok=True)
+path.write_text(json.dumps(config, indent=2) + "\n")
+PY
+  kill -HUP "$(pidof dockerd)"  # dockerd reloads its runtimes on SIGHUP
+  for _ in $(seq 20); do docker info --format '{{json .Runtimes}}' | grep -q '"ascend"' && break; sleep 0.5; done
+  docker info --format '{{json .Runtimes}}' | grep -q '"ascend"' || { echo "the ascend runtime did not register" >&2; exit 1; }
 fi
 
 step "pip install -e .[test,lint]"

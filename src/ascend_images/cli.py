@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .envs import effective_env
@@ -435,7 +435,7 @@ class RunFlags:
     devices: str = "0"
     mode: str = "manual"
     host_root: str = "/"
-    full_driver: bool = False
+    driver_mounts: str = "auto"
     shm_size: str = "16g"
     ipc_host: bool = False
     network_host: bool = False
@@ -458,23 +458,29 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
 
     if flags.mode not in ("manual", "runtime"):
         raise RunError(f"--mode {flags.mode!r}: valid: manual (--device passthrough), runtime (Ascend Docker Runtime)")
+    if flags.driver_mounts not in ("auto", "minimal", "full"):
+        raise RunError(f"--driver-mounts {flags.driver_mounts!r}: valid: auto (full for 2+ NPUs or A3), minimal "
+                       "(driver lib64 and version.info), full (the whole driver tree)")
+    matrix = sel.load()
     device = None
     if image is None:
-        variants = sel.variants()
+        variants = sel.variants(matrix)
         if len(variants) != 1:
             raise SelectionError(f"the selection names {len(variants)} images; narrow it or pass --image REF")
         plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), namespace))
         image, device = plan.top(variants[0]).tag, variants[0].device
     spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
-                   mode=flags.mode, host_root=Path(flags.host_root), full_driver=flags.full_driver,  # type: ignore[arg-type]
+                   mode=flags.mode, host_root=Path(flags.host_root),  # type: ignore[arg-type]
+                   driver_mounts=flags.driver_mounts,  # type: ignore[arg-type]
                    shm_size=flags.shm_size, ipc_host=flags.ipc_host, network_host=flags.network_host,
                    env=parse_env_overrides(sel.env), name=flags.name, device=device)
     client = None if print_only else connect()
     if client is not None:
         if not image_exists(client, image):
             raise RunError(f"image {image} is not on this engine; build it first (invoke build ...) or pull it")
-        labels = client.images.get(image).labels
-        spec = RunSpec(**{**spec.__dict__, "device": labels.get("io.ascend-images.device", device)})
+        device = client.images.get(image).labels.get("io.ascend-images.device", device)
+    devices_spec = matrix.spec.devices.get(device) if device else None
+    spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1)
     for warning in check_spec(spec):
         out(f"warning: {warning}")
     if print_only:

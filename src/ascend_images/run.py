@@ -21,7 +21,13 @@ TOOL_MOUNTS = (
     ("/usr/local/bin/npu-smi", "npu-smi"),
     ("/etc/ascend_install.info", "driver install info"),
 )
+# Mounted read-only when the host has them: each NPU's NIC addresses, which HCCL's RoCE transport reads
+# (gpustack/runtime PR 28)
+OPTIONAL_MOUNTS = ("/etc/hccn.conf",)
+# In the driver tree but outside lib64: the tool that answers device IP addresses (gpustack/runtime PR 29)
+HCCN_TOOL = f"{DRIVER}/tools/hccn_tool"
 RAY_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # ref000, multi-node
+DriverMounts = Literal["auto", "minimal", "full"]
 
 
 class RunError(AscendImagesError):
@@ -53,7 +59,11 @@ class RunSpec:
     devices: tuple[int, ...] = ()
     mode: Literal["manual", "runtime"] = "manual"
     host_root: Path = Path("/")  # where host paths are looked up (a prepared tree in tests)
-    full_driver: bool = False  # mount the whole driver tree (HCCL topology needs it), not lib64 only
+    # minimal: the driver's lib64 and version.info (ref004); full: the whole driver tree, which HCCL needs for
+    # its topology files and hccn_tool (vllm-project/recipes PR 907: EI0014 otherwise; gpustack/runtime PR 29);
+    # auto: full when the run spans 2 or more NPUs or the device never runs alone (A3's min_devices)
+    driver_mounts: DriverMounts = "auto"
+    min_devices: int = 1
     shm_size: str = "16g"
     ipc_host: bool = False
     network_host: bool = False
@@ -64,13 +74,20 @@ class RunSpec:
     def host(self, path: str) -> Path:
         return self.host_root / path.lstrip("/")
 
+    @property
+    def full_driver(self) -> bool:
+        if self.driver_mounts == "auto":
+            return len(self.devices) >= 2 or self.min_devices >= 2
+        return self.driver_mounts == "full"
+
     def mounts(self) -> list[tuple[str, str]]:
-        """(host path, container path), read-only."""
+        """(host path, container path), read-only: the required ones, then the optional ones the host has."""
         driver = [(DRIVER, DRIVER)] if self.full_driver else [
             (f"{DRIVER}/lib64", f"{DRIVER}/lib64"),
             (f"{DRIVER}/version.info", f"{DRIVER}/version.info"),
         ]
-        return [(str(self.host(h)), c) for h, c in driver + [(p, p) for p, _ in TOOL_MOUNTS]]
+        required = [(str(self.host(h)), c) for h, c in driver + [(p, p) for p, _ in TOOL_MOUNTS]]
+        return required + [(str(self.host(p)), p) for p in OPTIONAL_MOUNTS if self.host(p).exists()]
 
     def device_nodes(self) -> list[tuple[str, str]]:
         names = [f"davinci{n}" for n in self.devices] + list(CONTROL_NODES)
@@ -103,9 +120,12 @@ def check_spec(spec: RunSpec) -> list[str]:
                 f"{len(spec.devices)} NPU(s) numbered 0..{len(spec.devices) - 1} (host devices "
                 f"{','.join(map(str, spec.devices))}); ASCEND_VISIBLE_DEVICES is the host-side list"
             )
-    if spec.device == "a3" and len(spec.devices) < 2:
-        warnings.append("an A3 run with fewer than 2 devices: A3 NPUs come in pairs of dies; HCCL jobs "
-                        "usually need both (pass e.g. --devices 0-1)")
+    if spec.driver_mounts == "minimal" and (len(spec.devices) >= 2 or spec.min_devices >= 2):
+        warnings.append("--driver-mounts minimal with several NPUs: HCCL needs the driver's topology files and "
+                        "hccn_tool, which only the whole driver tree has (error EI0014); use full")
+    if spec.min_devices >= 2 and len(spec.devices) < spec.min_devices:
+        warnings.append(f"an {spec.device or 'NPU'} run with fewer than {spec.min_devices} devices: its NPUs come "
+                        "in pairs of dies; HCCL jobs usually need both (pass e.g. --devices 0-1)")
     return warnings
 
 
@@ -127,6 +147,8 @@ def check_host(spec: RunSpec, runtimes: set[str] | None = None) -> None:
         for host, _ in spec.mounts():
             if not Path(host).exists():
                 problems.append(f"{host} does not exist")
+        if spec.full_driver and spec.host(DRIVER).exists() and not spec.host(HCCN_TOOL).exists():
+            problems.append(f"{spec.host(HCCN_TOOL)} is missing: multi-NPU runs read device IPs through it")
         lib = spec.host(f"{DRIVER}/lib64/driver/libascend_hal.so")
         if spec.host(f"{DRIVER}/lib64").exists() and not lib.exists():
             problems.append(f"{lib} is missing: CANN cannot load the driver without it (vllm-ascend issue 1440)")

@@ -4,10 +4,17 @@ nodes and a driver version.info, checked from inside the container."""
 from __future__ import annotations
 
 import io
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
 
 import pytest
 
 from ascend_images.run import RunSpec, check_host, run_container
+from tests.conftest import ROOT
 from tests.unit.test_run import make_host, needs_root
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, needs_root]
@@ -58,3 +65,49 @@ def test_exit_code_is_returned(docker_client, a3_image, tmp_path):
     out = io.StringIO()
     assert run_container(docker_client, spec, out) == 3
     assert "out" in out.getvalue()
+
+
+# --- the task itself, as users call it: `invoke run ... -- CMD` ------------------------------------------
+def invoke_run(*args: str) -> list[str]:
+    return [sys.executable, "-m", "invoke", "run", *args]
+
+
+def test_invoke_run_manual_mode_streams_and_returns_the_exit_code(a3_image, tmp_path):
+    root = make_host(tmp_path, devices=(0, 1, 2, 3))
+    script = INSIDE + "; [ -r /usr/local/Ascend/driver/tools/hccn_tool ] && echo hccn_tool:ok; exit 5"
+    result = subprocess.run(invoke_run("--image", a3_image, "--devices", "2-3", "--host-root", str(root),
+                                       "--shm-size", "64m", "--", "sh", "-c", script),
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 5, result.stdout + result.stderr
+    for line in ("dev:davinci2", "dev:davinci3", "RT=0,1", "hccn_tool:ok", "Version=25.5.0"):
+        assert line in result.stdout, result.stdout  # 2 NPUs: the whole driver tree, hccn_tool included
+
+
+def test_invoke_run_runtime_mode_starts_through_the_ascend_runtime(docker_client, a3_image):
+    log = Path("/run/ascend-images-test-runtime.log")
+    if "ascend" not in docker_client.info().get("Runtimes", {}):
+        pytest.fail("the engine has no 'ascend' runtime: scripts/setup-host.sh registers the test double")
+    before = log.read_text() if log.exists() else ""
+    show = "echo visible=$ASCEND_VISIBLE_DEVICES rt=$ASCEND_RT_VISIBLE_DEVICES"
+    result = subprocess.run(invoke_run("--image", a3_image, "--devices", "0-1,3", "--mode", "runtime", "--",
+                                       "sh", "-c", show),
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "visible=0,1,3 rt=0,1,2" in result.stdout
+    recorded = log.read_text()[len(before):]
+    assert "ASCEND_VISIBLE_DEVICES=0,1,3" in recorded, recorded  # what the runtime was handed
+
+
+def test_ctrl_c_stops_the_container(docker_client, a3_image, tmp_path):
+    root = make_host(tmp_path, devices=(0,))
+    name = f"ascend-images-test-run-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(invoke_run("--image", a3_image, "--devices", "0", "--host-root", str(root), "--name",
+                                       name, "--shm-size", "64m", "--", "sh", "-c", "echo started; exec sleep 300"),
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "started" not in proc.stdout.readline():
+        pass
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    assert not docker_client.containers.list(all=True, filters={"name": name})

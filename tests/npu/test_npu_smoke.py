@@ -37,9 +37,9 @@ def npu_image(request):
     return images[0]
 
 
-def in_image(client, image: str, script: str, *, full_driver: bool = False,
+def in_image(client, image: str, script: str, *, driver_mounts: str = "auto",
              env: dict | None = None) -> tuple[int, str]:
-    spec = RunSpec(image, ("bash", "-c", script), devices(), full_driver=full_driver, ipc_host=True,
+    spec = RunSpec(image, ("bash", "-c", script), devices(), driver_mounts=driver_mounts, ipc_host=True,
                    env={"ASCEND_PREFLIGHT": "strict", **(env or {})})
     check_host(spec)
     out = io.StringIO()
@@ -78,7 +78,7 @@ def test_hccl_all_reduce(docker_client, npu_image):
         print("allreduce", rank, float(t[0]))
     """)
     script = f"cat > /tmp/ar.py <<'PY'\n{program}\nPY\ntorchrun --nproc_per_node 2 /tmp/ar.py"
-    code, out = in_image(docker_client, npu_image, script, full_driver=True)
+    code, out = in_image(docker_client, npu_image, script, driver_mounts="full")
     assert code == 0, out
     assert "allreduce 0 3.0" in out and "allreduce 1 3.0" in out
 

@@ -30,9 +30,8 @@ def test_manual_passthrough_spec():
     assert kw["devices"][:2] == ["/dev/davinci4:/dev/davinci4:rwm", "/dev/davinci5:/dev/davinci5:rwm"]
     assert {d.split(":")[0] for d in kw["devices"][2:]} == {"/dev/davinci_manager", "/dev/devmm_svm",
                                                            "/dev/hisi_hdc"}
-    assert kw["volumes"]["/usr/local/Ascend/driver/lib64"] == {"bind": "/usr/local/Ascend/driver/lib64",
-                                                               "mode": "ro"}
-    assert "/usr/local/Ascend/driver/version.info" in kw["volumes"]
+    # two NPUs: the whole driver tree, read-only (HCCL's topology files and hccn_tool live there)
+    assert kw["volumes"]["/usr/local/Ascend/driver"] == {"bind": "/usr/local/Ascend/driver", "mode": "ro"}
     assert "/etc/ascend_install.info" in kw["volumes"] and "/usr/local/dcmi" in kw["volumes"]
     # the container numbers what it sees from 0
     assert kw["environment"]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1"
@@ -41,10 +40,27 @@ def test_manual_passthrough_spec():
     assert "runtime" not in kw
 
 
-def test_full_driver_mounts_the_tree():
-    kw = docker_kwargs(RunSpec("img", devices=(0,), full_driver=True))
-    assert "/usr/local/Ascend/driver" in kw["volumes"]
-    assert "/usr/local/Ascend/driver/lib64" not in kw["volumes"]
+def driver_volumes(spec: RunSpec) -> list[str]:
+    return sorted(v for v in docker_kwargs(spec)["volumes"] if v.startswith("/usr/local/Ascend/driver"))
+
+
+TREE = ["/usr/local/Ascend/driver"]
+MINIMAL = ["/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info"]
+
+
+@pytest.mark.parametrize(("spec", "want"), [
+    (RunSpec("img", devices=(0,)), MINIMAL),  # one A2 NPU: ref004's minimal mounts
+    (RunSpec("img", devices=(0, 1)), TREE),  # several NPUs: HCCL
+    (RunSpec("img", devices=(0,), device="a3", min_devices=2), TREE),  # A3 always
+    (RunSpec("img", devices=(0, 1), driver_mounts="minimal"), MINIMAL),  # said explicitly
+    (RunSpec("img", devices=(0,), driver_mounts="full"), TREE),
+])
+def test_driver_mount_rule(spec, want):
+    assert driver_volumes(spec) == want
+
+
+def test_minimal_mounts_for_several_npus_warn():
+    assert any("EI0014" in w for w in check_spec(RunSpec("img", devices=(0, 1), driver_mounts="minimal")))
 
 
 def test_runtime_mode():
@@ -62,8 +78,9 @@ def test_rt_visible_devices_must_fit_what_is_passed():
 
 
 def test_a3_warns_below_two_devices():
-    assert any("A3" in w for w in check_spec(RunSpec("img", devices=(0,), device="a3")))
-    assert check_spec(RunSpec("img", devices=(0, 1), device="a3")) == []
+    assert any("a3 run with fewer than 2" in w for w in check_spec(RunSpec("img", devices=(0,), device="a3",
+                                                                             min_devices=2)))
+    assert check_spec(RunSpec("img", devices=(0, 1), device="a3", min_devices=2)) == []
 
 
 def test_ray_variables_pass_through(monkeypatch):
@@ -96,6 +113,8 @@ def make_host(tmp_path, devices=(0, 1), hal=True):
     if hal:
         (driver / "lib64/driver/libascend_hal.so").write_bytes(b"")
     (driver / "version.info").write_text("Version=25.5.0\n")
+    (driver / "tools").mkdir()
+    (driver / "tools/hccn_tool").write_text("#!/bin/sh\necho fake hccn_tool\n")
     (tmp_path / "usr/local/dcmi").mkdir(parents=True)
     (tmp_path / "usr/local/bin").mkdir(parents=True)
     (tmp_path / "usr/local/bin/npu-smi").write_text("#!/bin/sh\necho fake npu-smi\n")
@@ -105,7 +124,9 @@ def make_host(tmp_path, devices=(0, 1), hal=True):
     return tmp_path
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+# mknod needs root; with CI=true not being root is a failure (the test runs and mknod fails), not a skip
+needs_root = pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI", "").lower() not in ("1", "true", "yes"),
+                                reason="mknod needs root")
 
 
 @needs_root
@@ -124,6 +145,19 @@ def test_host_check_lists_what_is_missing_and_what_is_there(tmp_path):
     assert f"{root}/usr/local/bin/npu-smi does not exist" in text
     assert "libascend_hal.so is missing" in text
     assert "NPU nodes on this host: davinci0, davinci1, davinci_manager" in text
+
+
+@needs_root
+def test_host_check_wants_hccn_tool_for_several_npus_and_mounts_hccn_conf_when_there(tmp_path):
+    root = make_host(tmp_path)
+    (root / "usr/local/Ascend/driver/tools/hccn_tool").unlink()
+    check_host(RunSpec("img", devices=(0,), host_root=root))  # one NPU: not needed
+    with pytest.raises(RunError, match="hccn_tool is missing"):
+        check_host(RunSpec("img", devices=(0, 1), host_root=root))
+    assert "/etc/hccn.conf" not in docker_kwargs(RunSpec("img", devices=(0, 1), host_root=root))["volumes"].values()
+    (root / "etc/hccn.conf").write_text("address_0=192.168.100.100\n")
+    volumes = docker_kwargs(RunSpec("img", devices=(0, 1), host_root=root))["volumes"]
+    assert volumes[str(root / "etc/hccn.conf")] == {"bind": "/etc/hccn.conf", "mode": "ro"}
 
 
 @needs_root
