@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .errors import AscendImagesError
 from .matrix import Matrix, Variant, select
 from .render import LABEL_PREFIX
@@ -14,14 +16,17 @@ def variant_from_labels(matrix: Matrix, labels: dict[str, str], ref: str = "imag
     missing = [f"{LABEL_PREFIX}.{k}" for k in REQUIRED if not values[k]]
     if missing:
         raise AscendImagesError(f"{ref} is not an ascend-images variant image: missing labels {', '.join(missing)}")
-    user_keys = labels.get(f"{LABEL_PREFIX}.user-env")
-    if user_keys:
-        raise AscendImagesError(
-            f"{ref} was built with --env {user_keys}: its values are not in the labels; test the image below it"
-        )
+    user_env = labels.get(f"{LABEL_PREFIX}.user-env")
+    env: dict[str, str] = {}
+    if user_env:
+        try:
+            env = json.loads(user_env)
+        except json.JSONDecodeError:
+            raise AscendImagesError(f"{ref} was built with --env {user_env} by an older ascend-images: the values "
+                                    "are not in its labels; test the image below it") from None
     (variant,) = select(matrix, device=values["device"], backend=values["backend"], release=values["release"],
                         os=values["os"], arch=values["arch"], python=values["python"],
-                        profile=values["profile"] or None)
+                        profile=values["profile"] or None, env=env)
     return variant
 
 

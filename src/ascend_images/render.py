@@ -108,7 +108,8 @@ def stage_labels(stage: Stage) -> dict[str, str]:
     if stage.kind == "overlay":
         labels[f"{LABEL_PREFIX}.profile"] = v.profile
         if v.user_env:
-            labels[f"{LABEL_PREFIX}.user-env"] = ",".join(k for k, _ in v.user_env)
+            # the values too (they are in the image's ENV anyway): the image tests read their expectations here
+            labels[f"{LABEL_PREFIX}.user-env"] = json.dumps(dict(v.user_env), sort_keys=True)
     return labels
 
 
@@ -131,9 +132,13 @@ def _title(stage: Stage) -> tuple[str, str, str]:
         "cann": v.release.cann,
         "torch": v.torch_npu,
     }.get(stage.kind, stage.tag.rsplit(":", 1)[-1])
-    if stage.kind == "vllm" and isinstance(v.backend_pins, VllmPins):
+    # an overlay is the image below it with other settings: the same version
+    kind = v.backend if stage.kind == "overlay" and v.backend != "none" else stage.kind
+    if stage.kind == "overlay" and v.backend == "none":
+        version = v.torch_npu
+    if kind == "vllm" and isinstance(v.backend_pins, VllmPins):
         version = v.backend_pins.vllm_ascend
-    if stage.kind == "sglang" and isinstance(v.backend_pins, SglangPins):
+    if kind == "sglang" and isinstance(v.backend_pins, SglangPins):
         version = v.backend_pins.sglang
     title = stage.repo.rsplit("/", 1)[-1]
     description = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ascend_images.imagemeta import variant_from_labels
-from ascend_images.matrix import select
+from ascend_images.matrix import parse_env_overrides, select
 from ascend_images.plan import PlanOptions, make_plan
 from ascend_images.sources import CannSource
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
@@ -20,7 +20,8 @@ def ci_image_tags() -> list[str]:
     matrix = load_matrix(ROOT / "matrix.yaml")
     tags = []
     for selection in CI_SELECTIONS:
-        variants = select(matrix, arch=TEST_ARCH, **selection)
+        chosen = {**selection, "env": parse_env_overrides(selection.get("env", []))}
+        variants = select(matrix, arch=TEST_ARCH, **chosen)
         plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), TEST_NAMESPACE))
         tags += [plan.top(v).tag for v in variants]
     return sorted(set(tags))

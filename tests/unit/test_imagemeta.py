@@ -16,3 +16,26 @@ def test_diff_facts_names_every_difference_and_ignores_build_noise():
         ("env", "X", None, "1"),
     ]
     assert diff_facts(a, a) == []
+
+
+def test_an_env_overlay_names_its_values_and_comes_back_as_its_variant():
+    """An image built with --env carries the values in its labels, so its tests know what to expect."""
+    from ascend_images.imagemeta import variant_from_labels
+    from ascend_images.matrix import load_matrix, select
+    from ascend_images.plan import PlanOptions, make_plan
+    from ascend_images.render import stage_labels
+    from ascend_images.sources import CannSource
+    from tests.conftest import ROOT
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    (variant,) = select(matrix, device="a3", backend="none", arch="aarch64", profile="debug",
+                        env={"OMP_NUM_THREADS": "8"})
+    plan = make_plan([variant], PlanOptions(CannSource("url", strict=False)))
+    labels: dict[str, str] = {}
+    for stage in plan.stages:  # a child inherits its parents' labels and overrides them
+        labels |= stage_labels(stage)
+    assert plan.stages[-1].kind == "overlay"
+    assert labels["io.ascend-images.user-env"] == '{"OMP_NUM_THREADS": "8"}'
+    assert labels["io.ascend-images.profile"] == "debug"
+    back = variant_from_labels(matrix, labels)
+    assert back.user_env == (("OMP_NUM_THREADS", "8"),) and back.profile == "debug"
