@@ -237,6 +237,17 @@ def published_refs(c, report=None):
         print(ref)
 
 
+@task(help={"matrix": SELECTION_HELP["matrix"], "index_url": "the PEP 503 index to ask (default PyPI)",
+            "package": "only this package (repeatable): torch-npu, torch, vllm, vllm-ascend, triton-ascend, sglang",
+            "pre": "include pre-releases", "limit": "newest N releases per package (default 5)", "json": "print JSON"},
+      iterable=["package"])
+def outdated(c, matrix="matrix.yaml", index_url="https://pypi.org/simple", package=None, pre=False, limit=5,
+             json=False):
+    """Newer releases of what the matrix pins: platforms, sdist, what they pin, and what blocks a build."""
+    _run(cli.show_outdated, cli.Selection(matrix), print, index_url=index_url, packages=list(package or []),
+         pre=pre, limit=int(limit), as_json=json)
+
+
 @task(name="npu-gate", help={"report": "a publish report of the build jobs (repeatable)",
                              "runs": "TSV of REF<TAB>JUnit file, one line per image the NPU tests ran on"},
       iterable=["report"])

@@ -585,6 +585,25 @@ def npu_gate(reports: list[Path], runs: Path) -> str:
     return check_npu_gate(refs, ran)
 
 
+# --- invoke outdated ------------------------------------------------------------------------------
+def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[str] | None = None,
+                  pre: bool = False, limit: int = 5, as_json: bool = False) -> list:
+    from .outdated import as_json as to_json
+    from .outdated import outdated, pinned_versions, table
+
+    matrix = sel.load()
+    known = list(pinned_versions(matrix))
+    for name in packages or []:
+        if name not in known:
+            raise SelectionError(f"--package {name!r}: the matrix pins {', '.join(known)}")
+    rows = outdated(matrix, index_url, out, packages=packages, pre=pre, limit=limit)
+    if as_json:
+        out(to_json(rows))
+    else:
+        out(table(rows, pinned_versions(matrix)) if rows else "nothing newer than the matrix on the index")
+    return rows
+
+
 # --- invoke inspect / diff -------------------------------------------------------------------------
 def inspect_image(ref: str, out: Out, as_json: bool = False) -> dict:
     from .engine import connect

@@ -164,41 +164,61 @@ def test_backend_has_no_cuda(host, variant):
 
 
 # --- the Python stack loads, with torch's device-backend autoload on (as users run it) --------------
-def python_ok(host, code: str) -> str:
-    result = host.run(f"python -c {shlex.quote(code)}")
+# One Python process per image loads the whole stack (a torch import takes most of a minute under emulation);
+# each part reports its result or its traceback, and the tests below read their part.
+STACK_PROBE = """
+import importlib.metadata as m, json, sys, traceback
+out = {}
+try:
+    import torch, torch_npu
+    out["torch"] = [torch.__version__, torch_npu.__version__, torch.npu.is_available(), torch.npu.device_count()]
+except BaseException:
+    out["torch_error"] = traceback.format_exc()[-3000:]
+try:
+    if sys.argv[1] == "vllm":
+        # vLLM resolves its platform from the `vllm.platform_plugins` entry points: ours must name Ascend's
+        ep = [e for e in m.entry_points(group="vllm.platform_plugins") if e.name == "ascend"][0]
+        import vllm, vllm_ascend, vllm_ascend.platform
+        out["backend"] = [ep.value, ep.load()(), vllm_ascend.platform.NPUPlatform.device_name]
+    elif sys.argv[1] == "sglang":
+        ep = [e for e in m.entry_points(group="console_scripts") if e.name == "sglang"][0]
+        ep.load()
+        import sgl_kernel_npu, deep_ep, torch_memory_saver
+        from sglang.srt.utils import is_npu
+        out["backend"] = [ep.value, sgl_kernel_npu.__name__, is_npu()]
+except BaseException:
+    out["backend_error"] = traceback.format_exc()[-3000:]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def python_stack(host, variant) -> dict:
+    result = host.run(f"python -c {shlex.quote(STACK_PROBE)} {variant.backend}")
     assert result.rc == 0, f"exit {result.rc}\n{result.stdout}\n{result.stderr[-3000:]}"
-    return result.stdout
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_torch_npu_loads_and_sees_no_npu(host):
+def test_torch_npu_loads_and_sees_no_npu(python_stack):
     """`import torch` autoloads torch_npu, which loads CANN's libraries: a wrong library path, a missing
     soname or a torch_npu built for another torch fails here. Without a device, no NPU is available."""
-    out = python_ok(host, "import torch, torch_npu; print(torch.__version__, torch_npu.__version__, "
-                          "torch.npu.is_available(), torch.npu.device_count())")
-    assert out.split()[2:] == ["False", "0"], out
+    assert "torch_error" not in python_stack, python_stack.get("torch_error")
+    assert python_stack["torch"][2:] == [False, 0], python_stack
 
 
-def test_backend_loads(host, variant):
+def test_backend_loads(host, variant, python_stack):
     """As far as an image can go without an NPU: the backend's NPU code imports and its entry points run."""
+    if variant.backend == "none":
+        pytest.skip("backend none")
+    assert "backend_error" not in python_stack, python_stack.get("backend_error")
+    entry_point, loaded, third = python_stack["backend"]
     if variant.backend == "vllm":
-        # vLLM resolves its platform from the `vllm.platform_plugins` entry points: ours must name Ascend's
-        code = ("import importlib.metadata as m; ep = [e for e in m.entry_points(group='vllm.platform_plugins') "
-                "if e.name == 'ascend'][0]; print(ep.value); print(ep.load()()); "
-                "import vllm, vllm_ascend, vllm_ascend.platform; print(vllm_ascend.platform.NPUPlatform.device_name)")
-        out = python_ok(host, code).splitlines()
-        assert out[0].startswith("vllm_ascend") and out[1] == "vllm_ascend.platform.NPUPlatform", out
-        assert out[2] == "npu", out
-    elif variant.backend == "sglang":
-        code = ("import importlib.metadata as m; ep = [e for e in m.entry_points(group='console_scripts') "
-                "if e.name == 'sglang'][0]; print(ep.value); ep.load(); "
-                "import sgl_kernel_npu, deep_ep, torch_memory_saver; from sglang.srt.utils import is_npu; "
-                "print(is_npu())")
-        out = python_ok(host, code).splitlines()
-        assert out[0].startswith("sglang."), out
+        assert entry_point.startswith("vllm_ascend") and loaded == "vllm_ascend.platform.NPUPlatform"
+        assert third == "npu"
+    else:
+        assert entry_point.startswith("sglang.") and loaded == "sgl_kernel_npu"
         result = host.run("python -m sglang.launch_server --help")
         assert result.rc == 0 and "--model-path" in result.stdout, result.stderr[-3000:]
-    else:
-        pytest.skip("backend none")
 
 
 def test_manifest_equals_installed(host, variant):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,64 +17,10 @@ from ascend_images.errors import SelectionError
 from ascend_images.fetch import CHECKSUMS_FILE, fetch_all
 from ascend_images.matrix import load_matrix
 from tests.conftest import ROOT
+from tests.fixtures.httpserver import Server
 
 FAST = Policy(attempts=4, backoff=0.01, timeout=10)
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB, so a transfer can break in the middle
-
-
-class Server:
-    """Serves `files` with Range support; `script` lists per-path behaviours for the next requests:
-    'disconnect' (send half, then drop the connection) or an HTTP status."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.script: dict[str, list[str | int]] = {}
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                server.requests.append((self.path, dict(self.headers)))
-                plan = server.script.get(self.path) or []
-                action = plan.pop(0) if plan else None
-                data = server.files.get(self.path)
-                if isinstance(action, int):
-                    self.send_error(action)
-                    return
-                if data is None:
-                    self.send_error(404)
-                    return
-                start = 0
-                if self.headers.get("Range", "").startswith("bytes="):
-                    start = int(self.headers["Range"][6:].split("-")[0])
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                body = data[start:]
-                if action == "disconnect":
-                    self.wfile.write(body[: len(body) // 2])
-                    self.wfile.flush()
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -1,0 +1,126 @@
+"""`invoke outdated` against a local PEP 503 index on 127.0.0.1 built from fixture wheels (no mocks): the
+releases newer than the matrix, their platforms, their pins read from the wheels, and the verdicts."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from ascend_images import cli
+from ascend_images.outdated import pinned_versions
+from ascend_images.wheelmeta import read_metadata
+from tests.conftest import ROOT
+from tests.fixtures.httpserver import Server
+
+
+def wheel(name: str, version: str, tag: str, requires: list[str], python: str | None = ">=3.10") -> tuple[str, bytes]:
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += f"Requires-Python: {python}\n" if python else ""
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as whl:
+        whl.writestr(f"{dist}/__init__.py", "")
+        whl.writestr(f"{info}/METADATA", meta)
+        whl.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nTag: {tag}\n")
+        whl.writestr(f"{info}/RECORD", "")
+    return f"{dist}-{version}-{tag}.whl", buffer.getvalue()
+
+
+# (project, file name, bytes): a small world newer than matrix.yaml, written out by hand
+FILES = [
+    ("torch-npu", *wheel("torch-npu", "2.11.0", "cp311-cp311-manylinux_2_28_aarch64", ["torch==2.11.0"])),
+    ("torch-npu", *wheel("torch-npu", "2.11.0", "cp311-cp311-manylinux_2_28_x86_64", ["torch==2.11.0"])),
+    # a torch_npu whose wheel pins another torch than its own version: PT's rule is broken
+    ("torch-npu", *wheel("torch-npu", "2.12.0", "cp311-cp311-manylinux_2_28_aarch64", ["torch==2.11.0"])),
+    ("torch-npu", *wheel("torch-npu", "2.13.0rc1", "cp311-cp311-manylinux_2_28_aarch64", ["torch==2.13.0"])),
+    # x86_64 only, with an sdist: an aarch64 build must compile it
+    ("vllm-ascend", *wheel("vllm-ascend", "0.24.0", "cp311-cp311-manylinux_2_24_x86_64",
+                           ["torch==2.11.0", "torch-npu==2.11.0", "triton-ascend==3.2.0", "numpy<2.0.0"])),
+    ("vllm-ascend", "vllm_ascend-0.24.0.tar.gz", b"sdist"),
+    # pins a triton-ascend the index does not have; Python 3.11 is out
+    ("vllm-ascend", *wheel("vllm-ascend", "0.25.0", "cp312-cp312-manylinux_2_24_aarch64",
+                           ["triton-ascend==3.2.2", "torch-npu==2.11.0"], python=">=3.12")),
+    ("vllm-ascend", *wheel("vllm-ascend", "0.25.0", "cp311-cp311-manylinux_2_24_aarch64",
+                           ["triton-ascend==3.2.2", "torch-npu==2.11.0"], python=">=3.12")),
+    ("vllm", "vllm-0.24.0.tar.gz", b"sdist"),
+    ("triton-ascend", *wheel("triton-ascend", "3.2.0", "cp311-cp311-manylinux_2_27_aarch64", [])),
+    ("sglang", *wheel("sglang", "0.5.11", "py3-none-any", ["torch==2.9.1"])),
+]
+
+
+@pytest.fixture(scope="module")
+def index():
+    srv = Server()
+    pages: dict[str, list[str]] = {}
+    for project, name, data in FILES:
+        srv.files[f"/files/{name}"] = data
+        pages.setdefault(project, []).append(f'<a href="/files/{name}#sha256={hashlib.sha256(data).hexdigest()}">'
+                                             f"{name}</a>")
+    for project, links in pages.items():
+        srv.files[f"/simple/{project}/"] = f"<html><body>{''.join(links)}</body></html>".encode()
+    yield srv
+    srv.stop()
+
+
+def rows_by_version(index, packages=None) -> dict[tuple[str, str], dict]:
+    lines: list[str] = []
+    cli.show_outdated(cli.Selection(str(ROOT / "matrix.yaml")), lines.append, index_url=index.url("/simple"),
+                      packages=packages, as_json=True)
+    return {(r["package"], r["version"]): r for r in json.loads(lines[-1])}
+
+
+def test_metadata_is_read_with_two_range_requests(index):
+    before = len(index.requests)
+    meta = read_metadata(index.url("/files/vllm_ascend-0.24.0-cp311-cp311-manylinux_2_24_x86_64.whl"))
+    assert meta.version == "0.24.0" and "triton-ascend==3.2.0" in meta.requires_dist
+    ranges = [h.get("Range") for _, h in index.requests[before:]]
+    assert len(ranges) == 2 and all(r and r.startswith("bytes=") for r in ranges)  # never the whole wheel
+
+
+def test_newer_releases_with_platforms_pins_and_verdicts(index):
+    rows = rows_by_version(index)
+    assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("vllm-ascend", "0.24.0"),
+                         ("vllm-ascend", "0.25.0"), ("vllm", "0.24.0"), ("sglang", "0.5.11")}
+    # ^ no pre-release (2.13.0rc1), nothing the matrix already has or older
+    ok = rows[("torch-npu", "2.11.0")]
+    assert ok["wheels"] == {"x86_64": True, "aarch64": True} and ok["pins"] == {"torch": "==2.11.0"}
+    assert ok["verdict"] == "ok"
+    assert "pins torch==2.11.0, not ==2.12.0" in rows[("torch-npu", "2.12.0")]["verdict"]
+    source_build = rows[("vllm-ascend", "0.24.0")]
+    assert source_build["wheels"] == {"x86_64": True, "aarch64": False} and source_build["sdist"]
+    assert source_build["pins"] == {"torch": "==2.11.0", "torch-npu": "==2.11.0", "triton-ascend": "==3.2.0"}
+    assert source_build["verdict"] == "no aarch64 wheel: built from the sdist"
+    blocked = rows[("vllm-ascend", "0.25.0")]["verdict"]
+    assert "Python 3.11 excluded (>=3.12)" in blocked
+    assert "pins triton-ascend==3.2.2, which this index does not have" in blocked
+    assert "vllm 0.25.0 (vllm-ascend's rule) is not on this index" in blocked
+    assert rows[("sglang", "0.5.11")]["verdict"] == "no sdist: the NPU build needs the tagged source tree"
+
+
+def test_the_task_prints_a_table(index):
+    result = subprocess.run([sys.executable, "-m", "invoke", "outdated", "--index-url", index.url("/simple"),
+                             "--package", "torch-npu"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    header, *lines = result.stdout.splitlines()
+    assert header.split()[:3] == ["package", "newer", "matrix"]
+    from packaging.version import Version
+
+    newest = str(max(map(Version, pinned_versions(cli.Selection(str(ROOT / "matrix.yaml")).load())["torch-npu"])))
+    assert [line.split()[:3] for line in lines] == [["torch-npu", "2.12.0", newest], ["torch-npu", "2.11.0", newest]]
+
+
+@pytest.mark.network
+def test_live_pypi_lists_a_newer_torch_npu():
+    """PyPI itself (a `network` test): it carries torch-npu releases newer than the matrix's."""
+    lines: list[str] = []
+    rows = cli.show_outdated(cli.Selection(str(ROOT / "matrix.yaml")), lines.append,
+                             index_url="https://pypi.org/simple", packages=["torch-npu"], limit=2)
+    assert rows and all(r.wheels["aarch64"] for r in rows), lines
