@@ -143,6 +143,9 @@ class SglangPins(Strict):
     sgl_kernel_npu: SglKernelNpu
     # the NPU project file that replaces python/pyproject.toml before install (SG; VQ for 0.5.8)
     project_file: str = "pyproject_npu.toml"
+    # SGLang's NPU code imports `triton` (sglang.srt.utils.common); on NPU that is triton-ascend, which
+    # SGLang's own NPU images install beside it (SG docker/npu*.Dockerfile)
+    triton_ascend: str | None = None
 
 
 class ReleaseBackends(Strict):
