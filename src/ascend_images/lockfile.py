@@ -92,7 +92,11 @@ def lock_spec(variant: Variant) -> LockSpec:
         source = SourcePackage("vllm", pins.vllm)
     elif isinstance(pins, SglangPins):
         # sgl-kernel-npu is not on any index: its wheels come from a checksummed zip (--no-deps)
-        wanted = [f"triton-ascend=={pins.triton_ascend}"] if pins.triton_ascend else []
+        wanted = []
+        if pins.triton_ascend:
+            # triton-ascend's Ascend backend imports pybind11 without declaring it; SG's NPU images install
+            # pybind11 before triton-ascend (docker/npu_openeuler.Dockerfile)
+            wanted += [f"triton-ascend=={pins.triton_ascend}", "pybind11"]
         source = SourcePackage("sglang", pins.sglang, pins.project_file)
     else:
         raise LockError(f"backend {variant.backend!r} has no lock: only vllm and sglang stages install from one")
