@@ -160,10 +160,12 @@ def _env_items(values: Mapping[str, EnvValue]) -> list[dict[str, str]]:
     ]
 
 
-def env_document(variant: Variant, values: Mapping[str, EnvValue], captured: Mapping[str, str] | None,
+def env_document(profile: str, values: Mapping[str, EnvValue], captured: Mapping[str, str] | None,
                  scripts: list[str]) -> dict[str, Any]:
-    """/etc/ascend-images/env.json: every variable the image sets, with where it comes from."""
-    doc: dict[str, Any] = {"profile": variant.profile, "env_scripts": scripts, "variables": {}}
+    """/etc/ascend-images/env.json: every variable the image sets, with where it comes from. `profile` is the
+    one baked into this image: the default below an overlay, so that choosing another profile changes no
+    stage but the overlay."""
+    doc: dict[str, Any] = {"profile": profile, "env_scripts": scripts, "variables": {}}
     for name, value in (captured or {}).items():
         doc["variables"][name] = {"value": value, "layer": "cann:set_env", "source": "captured from env_scripts"}
     for name, item in values.items():
@@ -229,7 +231,8 @@ class Renderer:
                 ctx["captured"] = ctx["env"] = [{"name": k, "value": val, "comment": ""}
                                                 for k, val in captured.items()]
             ctx["defaults"] = _env_items(baked)
-            files["etc/env.json"] = _json(env_document(v, baked, captured, v.env_scripts))
+            files["etc/env.json"] = _json(env_document(v.matrix.spec.defaults.profile, baked, captured,
+                                                       v.env_scripts))
             files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
         if stage.kind == "torch":
             local = v.arch_spec.torch_local_version
@@ -243,7 +246,8 @@ class Renderer:
             ctx["defaults"] = _env_items({k: e for k, e in baked.items()
                                           if k not in below or below[k].value != e.value})
             ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
-            files["etc/env.json"] = _json(env_document(v, baked, captured, v.env_scripts))
+            files["etc/env.json"] = _json(env_document(v.matrix.spec.defaults.profile, baked, captured,
+                                                       v.env_scripts))
         if stage.kind in ("vllm", "sglang"):
             ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
         if stage.kind == "sglang":
@@ -252,7 +256,7 @@ class Renderer:
             full = effective_env(v)
             ctx["env"] = _env_items({k: e for k, e in full.items()
                                      if e.layer.startswith("profile:") or e.layer == "user"})
-            files["etc/env.json"] = _json(env_document(v, full, captured, v.env_scripts))
+            files["etc/env.json"] = _json(env_document(v.profile, full, captured, v.env_scripts))
         return ctx, files
 
     def _rootfs(self) -> dict[str, bytes]:

@@ -170,3 +170,25 @@ def test_dockerfile_value_escapes():
 
 def test_templates_dir_is_the_repo():
     assert (ROOT / "images" / "a3" / "cann-install.Dockerfile.j2").exists()
+
+
+def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
+    """Every stage below the overlay renders to the same bytes whatever the profile or --env (found when the
+    debug overlay's chain rebuilt its CANN and torch stages: their env.json named the profile)."""
+    from ascend_images.matrix import load_matrix
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    sources = Sources(CannSource("url", strict=False))
+    renders = {}
+    for name, extra in {"default": {}, "debug": {"profile": "debug"}, "env": {"env": {"OMP_NUM_THREADS": "8"}}}.items():
+        (variant,) = select(matrix, device="a3", backend="vllm", arch="aarch64", **extra)
+        plan = make_plan([variant], PlanOptions(sources.cann))
+        renders[name] = {}
+        for stage in plan.stages:
+            ctx, files = Renderer().context(stage, sources, captured={"ASCEND_HOME_PATH": "/x"})
+            renders[name][stage.kind] = (Renderer().render_text(stage, ctx), files)
+    assert "overlay" not in renders["default"]
+    for name in ("debug", "env"):
+        assert set(renders[name]) == {*renders["default"], "overlay"}
+        for kind, rendered in renders["default"].items():
+            assert renders[name][kind] == rendered, f"{name}: the {kind} stage differs"
