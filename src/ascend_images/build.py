@@ -103,17 +103,25 @@ class Builder:
 
     # --- helpers -------------------------------------------------------------------------------
     def _find_by_key(self, key: str, tag: str) -> str | None:
-        """An image carrying the content key: the one the stage's tag points to if it does (so that forced
-        rebuilds, e.g. by the benchmark, never switch a chain to a twin and change its children's keys),
-        else the newest."""
+        """An image built for the content key: the one the stage's tag points to if it is (so that forced
+        rebuilds, e.g. by the benchmark, never switch a chain to a twin and change its children's keys), else
+        the newest. Only an image whose own build set the key counts: the layers of a child's build that
+        failed or was interrupted inherit its parent's labels, key included, and must never stand in for it."""
         try:
             tagged = self.client.api.inspect_image(tag)
-            if (tagged["Config"].get("Labels") or {}).get(CONTENT_KEY_LABEL) == key:
+            labels = tagged["Config"].get("Labels") or {}
+            if labels.get(CONTENT_KEY_LABEL) == key and self._built_for(tagged["Id"], key):
                 return tagged["Id"]
         except docker.errors.ImageNotFound:
             pass
         found = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
-        return max(found, key=lambda image: image.get("Created", 0))["Id"] if found else None
+        own = [image for image in found if self._built_for(image["Id"], key)]
+        return max(own, key=lambda image: image.get("Created", 0))["Id"] if own else None
+
+    def _built_for(self, image_id: str, key: str) -> bool:
+        """The builder adds its labels as the last steps of a build: the key is in one of the top entries."""
+        history = self.client.api.history(image_id)
+        return any(f"{CONTENT_KEY_LABEL}={key}" in (entry.get("CreatedBy") or "") for entry in history[:4])
 
     def _tag(self, image_id: str, tag: str) -> None:
         repo, _, name = tag.rpartition(":")

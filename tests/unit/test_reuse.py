@@ -28,14 +28,21 @@ class FakeApi:
         key = label.split("=", 1)[1]
         return [i for i in self._images.values() if i["Labels"].get(CONTENT_KEY_LABEL) == key]
 
+    def history(self, image_id: str) -> list[dict]:
+        return [{"CreatedBy": step} for step in self._images[image_id]["History"]]
+
 
 class FakeClient:
     def __init__(self, api: FakeApi):
         self.api = api
 
 
-def _image(image_id: str, key: str, created: int) -> dict:
-    return {"Id": image_id, "Created": created, "Labels": {CONTENT_KEY_LABEL: key}}
+def _image(image_id: str, key: str, created: int, own: bool = True) -> dict:
+    """A stage image (its build ended with the builder's LABEL steps), or, with own=False, a layer left by a
+    child's interrupted build: it inherited the key label, but its top step is the child's."""
+    top = ["LABEL org.opencontainers.image.revision=r", f"LABEL {CONTENT_KEY_LABEL}={key}"] if own else \
+        ["COPY file:abc in /etc/ascend-images/constraints.txt", "SHELL [/bin/bash]", "ARG ASCEND_BUILD_SERVER="]
+    return {"Id": image_id, "Created": created, "Labels": {CONTENT_KEY_LABEL: key}, "History": [*top, "RUN x"]}
 
 
 def _builder(api: FakeApi, tmp_path) -> Builder:
@@ -61,3 +68,13 @@ def test_without_a_matching_tag_the_newest_twin_wins(tmp_path):
 def test_no_image_with_the_key_means_build(tmp_path, tags):
     api = FakeApi([_image("sha256:x", "k2", 300)], tags)
     assert _builder(api, tmp_path)._find_by_key("k1", TAG) is None
+
+
+def test_a_layer_left_by_an_interrupted_child_build_is_never_reused(tmp_path):
+    """Seen here: a torch build killed after `COPY constraints.txt` left an untagged layer carrying the CANN
+    image's labels; taken for the CANN stage, it changed the torch stage's key and forced a rebuild."""
+    api = FakeApi([_image("sha256:stage", "k1", 100), _image("sha256:layer", "k1", 200, own=False),
+                   _image("sha256:x", "k2", 300)], {TAG: "sha256:x"})
+    assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:stage"
+    tagged_layer = FakeApi([_image("sha256:layer", "k1", 200, own=False)], {TAG: "sha256:layer"})
+    assert _builder(tagged_layer, tmp_path)._find_by_key("k1", TAG) is None
