@@ -114,7 +114,8 @@ class Builder:
                 return tagged["Id"]
         except docker.errors.ImageNotFound:
             pass
-        found = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
+        # all=True: a stage image whose tag moved on is "intermediate" to the engine once it has children
+        found = self.client.api.images(all=True, filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
         own = [image for image in found if self._built_for(image["Id"], key)]
         return max(own, key=lambda image: image.get("Created", 0))["Id"] if own else None
 

@@ -23,7 +23,8 @@ class FakeApi:
         image = self._images[image_id]
         return {"Id": image_id, "Config": {"Labels": image["Labels"]}}
 
-    def images(self, filters: dict) -> list[dict]:
+    def images(self, filters: dict, all: bool = False) -> list[dict]:
+        assert all, "stage images with children are hidden without all=True"
         label = filters["label"]
         key = label.split("=", 1)[1]
         return [i for i in self._images.values() if i["Labels"].get(CONTENT_KEY_LABEL) == key]
