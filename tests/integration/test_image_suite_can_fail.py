@@ -90,10 +90,20 @@ def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_bas
     assert not {"test_torch_and_torch_npu_pins", "test_pip_check", "test_cann_layout_is_upstreams"} & failed
 
 
-def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, work_dir):
-    # torch_npu 2.7.1.post2 is built against torch 2.7.1; this image has torch 2.8.0
-    tag = derived(docker_client, stack_base, "ascend-images-test/broken-torch-npu:latest",
-                  "RUN PIP_CONSTRAINT= pip install --no-cache-dir --no-deps torch-npu==2.7.1.post2\n")
+def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, work_dir, tmp_path):
+    # torch_npu 2.7.1.post2 is built against torch 2.7.1; this image has torch 2.8.0. The wheel is fetched here
+    # (the container has no index configuration of its own) and installed over the good one.
+    from ascend_images.pypi import PYPI_SIMPLE, download, index_files
+
+    (wheel,) = [f for f in index_files(PYPI_SIMPLE, "torch-npu")
+                if f.file == "torch_npu-2.7.1.post2-cp311-cp311-manylinux_2_28_aarch64.whl"]
+    download(wheel, tmp_path)
+    (tmp_path / "Dockerfile").write_text(f"FROM {stack_base}\nCOPY {wheel.file} /tmp/\n"
+                                         f"RUN PIP_CONSTRAINT= pip install --no-cache-dir --no-deps /tmp/{wheel.file} "
+                                         f"&& rm /tmp/{wheel.file}\n")
+    tag = "ascend-images-test/broken-torch-npu:latest"
+    docker_client.images.build(path=str(tmp_path), tag=tag, rm=True, network_mode="host",
+                               platform=f"linux/{docker_client.images.get(stack_base).attrs['Architecture']}")
     try:
         result = run_image_suite(tag, work_dir, STACK_CHECKS)
     finally:
