@@ -54,6 +54,16 @@ def _selection(matrix, device, backend, release, os, arch, python, profile, env)
     return cli.Selection(matrix, device, backend, release, os, arch, python, profile, list(env or []))
 
 
+def _command_after_dashes(remainder: str) -> list[str]:
+    """The command after `--`, word for word: invoke joins it into one string and loses the quoting, so
+    `-- sh -c 'echo a; b'` would split; the process's own argv still has every word."""
+    import shlex
+
+    if "--" in sys.argv:
+        return sys.argv[sys.argv.index("--") + 1:]
+    return shlex.split(remainder or "")
+
+
 def _run(fn, *args, **kwargs):
     """Every task's errors end as one message and an exit code, never as a traceback."""
     import docker
@@ -174,12 +184,11 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
         matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/", driver_mounts="auto",
         shm_size="16g", ipc_host=False, network_host=False, name=None, print=False):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
-    import shlex
     from builtins import print as echo
 
     code = _run(cli.run_image, _selection(matrix, device, backend, release, os, arch, python, profile, env),
                 cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name), echo,
-                image=image, command=shlex.split(c.remainder or ""), print_only=print)
+                image=image, command=_command_after_dashes(c.remainder), print_only=print)
     if code:
         raise Exit(code=code)
 
