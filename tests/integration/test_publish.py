@@ -139,10 +139,12 @@ def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_bu
     report = cli.publish(sel, lines.append, only="lists", **kwargs)  # through the registry API
     lists = [ref for ref in report["tags"] if ref.endswith("-py3.11")]
     assert len(lists) == 2, report
+    client = RegistryClient(auth_registry.host)  # authenticates with the environment's credentials
     for ref in lists:
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
-        body = json.loads(auth_registry.get(f"{repo}/manifests/{tag}"))
-        assert [m["platform"]["architecture"] for m in body["manifests"]] == ["arm64"]
+        listed = client.manifest(repo, tag)
+        assert listed is not None and listed.media_type == DOCKER_LIST
+        assert [m["platform"]["architecture"] for m in listed.body["manifests"]] == ["arm64"]
 
 
 def test_merge_job_writes_lists_without_an_engine(docker_client, ci_builds, registry, monkeypatch):
