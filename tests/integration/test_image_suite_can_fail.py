@@ -62,10 +62,11 @@ def stack_base(docker_client, ci_images):
     return next(tag for tag in ci_images if "/torch-npu:" in tag and "-a3-" in tag)
 
 
-def derived(docker_client, base: str, tag: str, body: str) -> str:
-    platform = f"linux/{docker_client.images.get(base).attrs['Architecture']}"
-    docker_client.images.build(fileobj=io.BytesIO(f"FROM {base}\n{body}".encode()), tag=tag, rm=True,
-                               platform=platform, network_mode="host")
+def derived(docker_client, base: str, tag: str, body: str, context) -> str:
+    """An image built FROM a good one with `body` appended, in the context directory `context`."""
+    (context / "Dockerfile").write_text(f"FROM {base}\n{body}")
+    docker_client.images.build(path=str(context), tag=tag, rm=True, network_mode="host",
+                               platform=f"linux/{docker_client.images.get(base).attrs['Architecture']}")
     return tag
 
 
@@ -74,18 +75,23 @@ STACK_CHECKS = ["-k", "torch_npu_loads or cann_env_is_upstreams or cann_layout_i
                 "or test_labels"]
 
 
-def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_base, work_dir):
-    env = dict(e.split("=", 1) for e in docker_client.images.get(stack_base).attrs["Config"]["Env"])
-    kept = [p for p in env["LD_LIBRARY_PATH"].split(":") if not p.endswith(("/cann-8.5.0/lib64", "/latest/lib64"))]
-    assert len(kept) < len(env["LD_LIBRARY_PATH"].split(":"))
-    tag = derived(docker_client, stack_base, "ascend-images-test/broken-libpath:latest",
-                  f"ENV LD_LIBRARY_PATH={':'.join(kept)}\n")
+def failed_stack_checks(docker_client, tag: str, work_dir) -> set[str]:
+    """The stack checks that fail on the broken image `tag` (removed afterwards); some must still pass."""
     try:
         result = run_image_suite(tag, work_dir, STACK_CHECKS)
     finally:
         docker_client.images.remove(tag, force=True)
-    failed = set(result.failed)
     assert result.passed > 0
+    return set(result.failed)
+
+
+def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_base, work_dir, tmp_path):
+    env = dict(e.split("=", 1) for e in docker_client.images.get(stack_base).attrs["Config"]["Env"])
+    kept = [p for p in env["LD_LIBRARY_PATH"].split(":") if not p.endswith(("/cann-8.5.0/lib64", "/latest/lib64"))]
+    assert len(kept) < len(env["LD_LIBRARY_PATH"].split(":"))
+    tag = derived(docker_client, stack_base, "ascend-images-test/broken-libpath:latest",
+                  f"ENV LD_LIBRARY_PATH={':'.join(kept)}\n", tmp_path)
+    failed = failed_stack_checks(docker_client, tag, work_dir)
     assert {"test_torch_npu_loads_and_sees_no_npu", "test_cann_env_is_upstreams"} <= failed, sorted(failed)
     assert not {"test_torch_and_torch_npu_pins", "test_pip_check", "test_cann_layout_is_upstreams"} & failed
 
@@ -98,17 +104,9 @@ def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, 
     (wheel,) = [f for f in index_files(PYPI_SIMPLE, "torch-npu")
                 if f.file == "torch_npu-2.7.1.post2-cp311-cp311-manylinux_2_28_aarch64.whl"]
     download(wheel, tmp_path)
-    (tmp_path / "Dockerfile").write_text(f"FROM {stack_base}\nCOPY {wheel.file} /tmp/\n"
-                                         f"RUN PIP_CONSTRAINT= pip install --no-cache-dir --no-deps /tmp/{wheel.file} "
-                                         f"&& rm /tmp/{wheel.file}\n")
-    tag = "ascend-images-test/broken-torch-npu:latest"
-    docker_client.images.build(path=str(tmp_path), tag=tag, rm=True, network_mode="host",
-                               platform=f"linux/{docker_client.images.get(stack_base).attrs['Architecture']}")
-    try:
-        result = run_image_suite(tag, work_dir, STACK_CHECKS)
-    finally:
-        docker_client.images.remove(tag, force=True)
-    failed = set(result.failed)
-    assert result.passed > 0
+    tag = derived(docker_client, stack_base, "ascend-images-test/broken-torch-npu:latest",
+                  f"COPY {wheel.file} /tmp/\nRUN PIP_CONSTRAINT= pip install --no-cache-dir --no-deps "
+                  f"/tmp/{wheel.file} && rm /tmp/{wheel.file}\n", tmp_path)
+    failed = failed_stack_checks(docker_client, tag, work_dir)
     assert {"test_torch_npu_loads_and_sees_no_npu", "test_torch_and_torch_npu_pins", "test_pip_check"} <= failed
     assert not {"test_cann_env_is_upstreams", "test_cann_layout_is_upstreams", "test_labels"} & failed
