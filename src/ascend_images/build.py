@@ -22,6 +22,7 @@ import docker
 
 from .buildserver import BuildServer
 from .claims import claim, claims_dir
+from .engine import disk_full
 from .envcapture import capture_env
 from .errors import BuildError, Interrupted
 from .plan import BuildPlan, Stage
@@ -82,6 +83,7 @@ def git_revision(path: Path) -> str:
     except (OSError, subprocess.CalledProcessError):
         return ""
     return out.stdout.strip()
+
 
 
 class Builder:
@@ -220,7 +222,8 @@ class Builder:
                                   f"{fmt_seconds(progress.elapsed)}; no tag was set for it, the stages before "
                                   f"it are kept and reused next time. Log: {log_path}") from None
             step = progress.step
-        if error and "no space left on device" in error.lower():
+        # ENOSPC inside a RUN step shows only in its output; the step itself just "returned a non-zero code"
+        if error and disk_full(f"{error}\n{progress.tail()}"):
             error += " (the engine's disk is full: free space with `docker system prune`, then run again)"
         if error or not image_id:
             raise BuildError(

@@ -23,6 +23,16 @@ def connect(timeout: int = 600) -> docker.DockerClient:
     return client
 
 
+# how a full disk shows in a build's output: the kernel's ENOSPC (pip, tar, the engine's layer store), apt's and
+# dnf's own checks before they download
+DISK_FULL_SIGNS = ("no space left on device", "you don't have enough free space in", "more space needed on the")
+
+
+def disk_full(output: str) -> bool:
+    text = output.lower()
+    return any(sign in text for sign in DISK_FULL_SIGNS)
+
+
 def explain(exc: BaseException) -> str:
     """One line for an error from the Docker SDK or its transport: what failed and what to do."""
     text = str(exc)
@@ -33,7 +43,7 @@ def explain(exc: BaseException) -> str:
     if "Permission denied" in text or isinstance(exc, PermissionError):
         return f"permission denied on the Docker engine's socket ({host}): run as root, or add your user " \
                "to the `docker` group and log in again."
-    if "no space left on device" in text.lower():
+    if disk_full(text):
         return f"the Docker engine ran out of disk space ({text.strip()[:200]}). Free some " \
                "(`docker system prune`, `docker image prune`) or move its data root, then run again."
     if isinstance(exc, docker.errors.APIError):

@@ -12,10 +12,11 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, X86_RELEASE
+from tests.conftest import IN_CI, ROOT, X86_RELEASE
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -163,14 +164,57 @@ def test_unreachable_registry(docker_client, ci_builds):
     assert_one_clear_line(result, "error:", f"127.0.0.1:{port}")
 
 
-def test_permission_and_disk_messages():
-    """Not provoked for real here (CI runs as root; the engine's disk is the host's): the messages for the
-    SDK's own exceptions of those kinds."""
-    import docker
+def test_permission_denied_on_the_engine_socket(tmp_path):
+    """A socket the user may not open, for real: a listening socket with mode 000, and an `invoke` process
+    without CAP_DAC_OVERRIDE (root without it is refused like any user outside the `docker` group)."""
+    import socket
 
-    from ascend_images.engine import explain
+    path = tmp_path / "docker.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen()
+        os.chmod(path, 0)
+        env = {**os.environ, "DOCKER_HOST": f"unix://{path}"}
+        drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all", "--"]
+        result = subprocess.run([*drop, sys.executable, "-m", "invoke", "inspect", "ascend-images/os:debian12-amd64"],
+                                cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+        assert_one_clear_line(result, "permission denied on the Docker engine's socket", str(path), "docker` group")
+        # the control: the same socket with the capability kept is opened (the refusal was the permission)
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))
 
-    assert "docker` group" in explain(docker.errors.DockerException(
-        "Error while fetching server API version: ('Connection aborted.', PermissionError(13, 'Permission denied'))"))
-    assert "docker system prune" in explain(docker.errors.APIError(
-        "500 Server Error", explanation="write /var/lib/docker/tmp/x: no space left on device"))
+
+@pytest.fixture
+def small_engine():
+    """A real second engine whose data root is a 400 MB loop-mounted file system."""
+    import tempfile
+
+    from tests.fixtures.small_engine import SmallEngine
+
+    # containerd's sockets live below the exec root: a pytest tmp_path is past the 108-byte socket path limit
+    engine = SmallEngine(Path(tempfile.mkdtemp(prefix="ai-small-")), size_mb=400)
+    try:
+        engine.start()
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        engine.stop()
+        if IN_CI:
+            pytest.fail(f"CI=true but a small loop-mounted engine could not start: {exc}")
+        pytest.skip(f"no loop-mounted engine here: {exc}")
+    yield engine
+    engine.stop()
+
+
+def test_disk_full_during_a_build(x86_inputs, small_engine, tmp_path):
+    """A base stage (Python, pip, build tools: ~670 MB on the OS image) on an engine with ~250 MB free: the
+    build fails for real with ENOSPC. One clear line says the disk is full and what to do, the log path is
+    given, no tag is set and no build container is left behind."""
+    small_engine.load_from_host("ascend-images/os:debian12-amd64")
+    assert small_engine.free_mb() < 400
+    env = {"DOCKER_HOST": small_engine.host}
+    result = subprocess.run(build_args(**x86_inputs, namespace="ascend-images-diskfull", device="a2"), cwd=ROOT,
+                            capture_output=True, text=True, env={**os.environ, **env}, timeout=1800)
+    text = result.stdout + result.stderr
+    assert_one_clear_line(result, "disk is full", "docker system prune", "full log:")
+    tagged = small_engine.docker("images", "-q", "--filter", "reference=ascend-images-diskfull/*").stdout
+    assert tagged.strip() == b"", text
+    assert small_engine.docker("ps", "-aq").stdout.strip() == b"", text
