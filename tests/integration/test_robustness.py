@@ -204,7 +204,7 @@ def small_engine():
     engine.stop()
 
 
-def test_disk_full_during_a_build(x86_inputs, small_engine, tmp_path):
+def test_disk_full_during_a_build(docker_client, x86_inputs, small_engine, tmp_path):
     """A base stage (Python, pip, build tools: ~670 MB on the OS image) on an engine with ~250 MB free: the
     build fails for real with ENOSPC. One clear line says the disk is full and what to do, the log path is
     given, no tag is set and no build container is left behind."""
@@ -218,3 +218,5 @@ def test_disk_full_during_a_build(x86_inputs, small_engine, tmp_path):
     tagged = small_engine.docker("images", "-q", "--filter", "reference=ascend-images-diskfull/*").stdout
     assert tagged.strip() == b"", text
     assert small_engine.docker("ps", "-aq").stdout.strip() == b"", text
+    # the second engine left the host's alone (a dockerd started with `--bridge none` deletes docker0)
+    docker_client.containers.run("ascend-images/os:debian12-amd64", "true", remove=True)
