@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -20,6 +21,8 @@ SELECTION_HELP = {
     "arch": "x86_64, aarch64 (comma-separated); default: the matrix's",
     "python": "system or bisheng; default: the matrix's",
     "profile": "environment profile: production (default) or debug",
+    "allocator": "memory allocator preloaded (LD_PRELOAD): jemalloc, tcmalloc or none; default: the backend's "
+                 "(jemalloc for vllm and sglang, none for none)",
     "env": "KEY=VALUE over the tuned defaults (repeatable)",
     "matrix": "path of the version matrix (default ./matrix.yaml)",
 }
@@ -50,8 +53,14 @@ INPUT_HELP = {
 SELECTION_ITERABLE = ["env"]
 
 
-def _selection(matrix, device, backend, release, os, arch, python, profile, env) -> cli.Selection:
-    return cli.Selection(matrix, device, backend, release, os, arch, python, profile, list(env or []))
+SELECTION_FIELDS = [f.name for f in dataclasses.fields(cli.Selection)]
+
+
+def _selection(args: dict) -> cli.Selection:
+    """The selection flags among a task's arguments (its `locals()`, taken before it sets any)."""
+    values = {k: args[k] for k in SELECTION_FIELDS if k in args}
+    values["env"] = list(values.get("env") or [])
+    return cli.Selection(**values)
 
 
 def _command_after_dashes(remainder: str) -> list[str]:
@@ -84,28 +93,29 @@ def _run(fn, *args, **kwargs):
 
 @task(help=SELECTION_HELP, iterable=SELECTION_ITERABLE)
 def matrix(c, matrix="matrix.yaml", device=None, backend=None, release=None, os=None, arch=None, python=None,
-           profile=None, env=None):
+           profile=None, env=None, allocator=None):
     """Releases and every variant of matrix.yaml, with their compatibility status."""
-    code = _run(cli.show_matrix, _selection(matrix, device, backend, release, os, arch, python, profile, env), print)
+    code = _run(cli.show_matrix, _selection(locals()), print)
     if code:
         raise Exit(code=code)
 
 
 @task(help={**SELECTION_HELP, "json": "print JSON"}, iterable=SELECTION_ITERABLE)
 def env(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-        matrix="matrix.yaml", json=False):
+        allocator=None, matrix="matrix.yaml", json=False):
     """The environment a variant's image carries: name, value, layer and source."""
-    _run(cli.show_env, _selection(matrix, device, backend, release, os, arch, python, profile, env), print, json)
+    _run(cli.show_env, _selection(locals()), print, json)
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, "out": "output directory (default build/contexts)",
             "base_image": INPUT_HELP["base_image"], "namespace": INPUT_HELP["namespace"]},
       iterable=SELECTION_ITERABLE)
 def render(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-           matrix="matrix.yaml", out="build/contexts", cann_source=None, cann_dir=None, cann_image=None,
-           checksums=None, artifacts_dir=None, torch_index_url=None, base_image=None, namespace="ascend-images"):
+           allocator=None, matrix="matrix.yaml", out="build/contexts", cann_source=None, cann_dir=None,
+           cann_image=None, checksums=None, artifacts_dir=None, torch_index_url=None, base_image=None,
+           namespace="ascend-images"):
     """Render the build context (Dockerfile and files) of every stage of the selection."""
-    _run(cli.render_selection, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+    _run(cli.render_selection, _selection(locals()),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          Path(out), print, namespace, base_image)
 
@@ -113,12 +123,12 @@ def render(c, device=None, backend=None, release=None, os=None, arch=None, pytho
 @task(help={**SELECTION_HELP, **SOURCE_HELP, **CACHE_HELP, **INPUT_HELP},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
 def build(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, cache_dir=None, fetch=False, os_mirror=None,
           pip_index_url=None, pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None,
           ca_bundle=None, netrc=None, base_image=None, namespace="ascend-images", work_dir="build", force=False):
     """Build the selection's images on the local Docker engine (shared stages built once)."""
-    _run(cli.build_selection, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+    _run(cli.build_selection, _selection(locals()),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, cache_dir),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
@@ -128,10 +138,10 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
 @task(help={**SELECTION_HELP, **SOURCE_HELP, "dest": "cache directory (default ~/.cache/ascend-images/downloads)"},
       iterable=SELECTION_ITERABLE)
 def fetch(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, dest=None):
     """Download every file the selection needs (CANN, kernel zips, BiSheng Python, sdists) into the cache."""
-    _run(cli.fetch_selection, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+    _run(cli.fetch_selection, _selection(locals()),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, dest), print)
 
 
@@ -156,12 +166,12 @@ TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image"
 @task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "image": "test this existing image (repeatable)"},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host", "image"])
 def test(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-         matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None, checksums=None,
-         artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
-         pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
+         allocator=None, matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None,
+         checksums=None, artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None,
+         pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
          namespace="ascend-images", work_dir="build"):
     """Build what is missing, then run the image test suite against each image of the selection."""
-    results = _run(cli.run_image_tests, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+    results = _run(cli.run_image_tests, _selection(locals()),
                    cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
                    cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []),
                                   list(pip_trusted_host or []), offline, wheelhouse, ca_bundle, netrc),
@@ -181,12 +191,12 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
             "print": "print the equivalent docker run line and a compose service instead of running"},
       iterable=SELECTION_ITERABLE)
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-        matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/", driver_mounts="auto",
-        shm_size="16g", ipc_host=False, network_host=False, name=None, print=False):
+        allocator=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
+        driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     from builtins import print as echo
 
-    code = _run(cli.run_image, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+    code = _run(cli.run_image, _selection(locals()),
                 cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name), echo,
                 image=image, command=_command_after_dashes(c.remainder), print_only=print)
     if code:
@@ -198,12 +208,12 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
             "quick": "derive each-variant-alone times from the cold build's stage times instead of rebuilding"},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
 def bench(c, device="a3", backend="vllm,sglang", release=None, os=None, arch=None, python=None, profile=None, env=None,
-          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
           pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
           namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs=7, quick=False):
     """Measure cold, shared, no-op and incremental builds, sizes, dive efficiency and start-up cost."""
-    _run(cli.bench, _selection(matrix, device, backend, release, os, arch, python, profile, env),
+    _run(cli.bench, _selection(locals()),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
@@ -220,10 +230,10 @@ def bench(c, device="a3", backend="vllm,sglang", release=None, os=None, arch=Non
             "allow_test_double": "publish images built from test doubles (the project's own tests only)"},
       iterable=SELECTION_ITERABLE)
 def publish(c, registry, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None,
-            env=None, matrix="matrix.yaml", dry_run=False, force=False, namespace="ascend-images",
+            env=None, allocator=None, matrix="matrix.yaml", dry_run=False, force=False, namespace="ascend-images",
             report="build/publish-report.json", only="all", allow_test_double=False):
     """Push per-arch tags, then manifest lists, then moving aliases; nothing partial."""
-    _run(cli.publish, _selection(matrix, device, backend, release, os, arch, python, profile, env), print,
+    _run(cli.publish, _selection(locals()), print,
          registry=registry, dry_run=dry_run, force=force, namespace=namespace, report_path=Path(report), only=only,
          allow_test_double=allow_test_double)
 

@@ -54,9 +54,11 @@ CI_SELECTIONS = [
     # VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.13.0; SGLang 0.5.10 (sdist, pyproject_npu.toml) + the fake
     # sgl-kernel-npu 2026.02.01 release zip
     {"device": "a3", "backend": "vllm,sglang", "release": "cann8.5.0-pt2.8.0"},
-    # config-only overlays on the A3 torch image: a profile, and an --env value given at build time
+    # thin overlays on the A3 torch image: a profile; an --env value given at build time with an allocator
+    # the backend does not preload by default (one image for both, to keep CI's image count down)
     {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "profile": "debug"},
-    {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "env": ["OMP_NUM_THREADS=8"]},
+    {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "env": ["OMP_NUM_THREADS=8"],
+     "allocator": "tcmalloc"},
 ]
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -39,6 +39,7 @@ class Selection:
     python: str | None = None
     profile: str | None = None
     env: list[str] = field(default_factory=list)
+    allocator: str | None = None
 
     def load(self) -> Matrix:
         return load_matrix(self.matrix)
@@ -47,7 +48,7 @@ class Selection:
         matrix = matrix or self.load()
         return select(matrix, device=self.device, backend=self.backend, release=self.release, os=self.os,
                       arch=self.arch, python=self.python, profile=self.profile,
-                      env=parse_env_overrides(self.env))
+                      env=parse_env_overrides(self.env), allocator=self.allocator)
 
 
 @dataclass

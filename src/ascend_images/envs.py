@@ -1,4 +1,4 @@
-"""Environment layers with provenance: common < device < backend < profile < user --env.
+"""Environment layers with provenance: common < device < backend < allocator < profile < user --env.
 
 Each resolved variable remembers which layer set it and the source that layer cites, and which
 lower layers it overrode, so `invoke env` can say why a value is what it is.
@@ -16,7 +16,7 @@ from .schema import EnvTable
 class EnvValue:
     name: str
     value: str
-    layer: str  # e.g. "common", "device:a3", "backend:vllm", "profile:debug", "user"
+    layer: str  # e.g. "common", "device:a3", "backend:vllm", "allocator:jemalloc", "profile:debug", "user"
     source: str
     overrides: tuple[tuple[str, str], ...] = field(default=())  # (layer, value) it replaced, lowest first
 
@@ -29,9 +29,10 @@ class EnvValue:
         }
 
 
-def layers(variant: Variant, *, backend: bool = True, profile: str | None = None,
-           user: bool = True) -> list[tuple[str, dict[str, tuple[str, str]]]]:
-    """The layers of a variant, lowest first, as (layer name, {NAME: (value, source)})."""
+def layers(variant: Variant, *, backend: bool = True, profile: str | None = None, user: bool = True,
+           allocator: str | None = None) -> list[tuple[str, dict[str, tuple[str, str]]]]:
+    """The layers of a variant, lowest first, as (layer name, {NAME: (value, source)}). The allocator layer
+    (LD_PRELOAD) comes with the backend: `allocator` overrides the variant's."""
     env = variant.matrix.spec.env
 
     def table(t: EnvTable | None) -> dict[str, tuple[str, str]]:
@@ -44,10 +45,19 @@ def layers(variant: Variant, *, backend: bool = True, profile: str | None = None
     ]
     if backend:
         out.append((f"backend:{variant.backend}", table(env.backend.get(variant.backend))))
+        out.extend(allocator_layer(variant, allocator or variant.allocator_name))
     out.append((f"profile:{profile}", table(env.profile.get(profile))))
     if user and variant.user_env:
         out.append(("user", {k: (v, "--env") for k, v in variant.user_env}))
     return out
+
+
+def allocator_layer(variant: Variant, name: str) -> list[tuple[str, dict[str, tuple[str, str]]]]:
+    """LD_PRELOAD for an allocator; none at all while nothing below preloads one (glibc's malloc)."""
+    if name == "none" and variant.default_allocator == "none":
+        return []
+    spec = variant.matrix.spec.allocators[name]
+    return [(f"allocator:{name}", {"LD_PRELOAD": (variant.allocator_library(name), spec.source)})]
 
 
 def resolve(stack: list[tuple[str, dict[str, tuple[str, str]]]]) -> dict[str, EnvValue]:
@@ -68,8 +78,9 @@ def effective_env(variant: Variant, **kwargs: object) -> dict[str, EnvValue]:
 def baked_env(variant: Variant, *, backend: bool) -> dict[str, EnvValue]:
     """What a heavy stage bakes: every layer but the user's, with the matrix's default profile.
 
-    A non-default profile and user --env go into a thin overlay image on top, so that choosing
+    A non-default profile, allocator and user --env go into a thin overlay image on top, so that choosing
     `--profile debug` never rebuilds CANN or torch.
     """
     default_profile = variant.matrix.spec.defaults.profile
-    return resolve(layers(variant, backend=backend, profile=default_profile, user=False))
+    return resolve(layers(variant, backend=backend, profile=default_profile, user=False,
+                          allocator=variant.default_allocator))

@@ -12,7 +12,7 @@ REQUIRED = ("release", "device", "backend", "os", "arch", "python")
 
 
 def variant_from_labels(matrix: Matrix, labels: dict[str, str], ref: str = "image") -> Variant:
-    values = {key: labels.get(f"{LABEL_PREFIX}.{key}") for key in (*REQUIRED, "profile")}
+    values = {key: labels.get(f"{LABEL_PREFIX}.{key}") for key in (*REQUIRED, "profile", "allocator")}
     missing = [f"{LABEL_PREFIX}.{k}" for k in REQUIRED if not values[k]]
     if missing:
         raise AscendImagesError(f"{ref} is not an ascend-images variant image: missing labels {', '.join(missing)}")
@@ -26,7 +26,7 @@ def variant_from_labels(matrix: Matrix, labels: dict[str, str], ref: str = "imag
                                     "are not in its labels; test the image below it") from None
     (variant,) = select(matrix, device=values["device"], backend=values["backend"], release=values["release"],
                         os=values["os"], arch=values["arch"], python=values["python"],
-                        profile=values["profile"] or None, env=env)
+                        profile=values["profile"] or None, env=env, allocator=values["allocator"] or None)
     return variant
 
 

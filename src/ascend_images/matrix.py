@@ -102,6 +102,8 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
     check("arch", d.arch, spec.arches, "defaults.arch")
     check("python", d.python, spec.python, "defaults.python")
     check("profile", d.profile, spec.env.profile, "defaults.profile")
+    for name, backend in spec.backends.items():
+        check("allocator", backend.allocator, spec.allocators, f"backends.{name}.allocator")
     for device, per_backend in d.release.items():
         check("device", device, spec.devices, "defaults.release")
         for backend, release in per_backend.items():
@@ -146,6 +148,7 @@ class Variant:
     python: str
     profile: str = "production"
     user_env: tuple[tuple[str, str], ...] = ()
+    allocator: str | None = None  # None: the backend's (backends.<name>.allocator)
 
     # --- resolved facts ------------------------------------------------------------------------
     @property
@@ -207,6 +210,22 @@ class Variant:
         return self.python_spec.version
 
     @property
+    def default_allocator(self) -> str:
+        return self.matrix.spec.backends[self.backend].allocator
+
+    @property
+    def allocator_name(self) -> str:
+        return self.allocator or self.default_allocator
+
+    def allocator_library(self, name: str | None = None) -> str:
+        """The path LD_PRELOAD names for an allocator on this variant's OS and arch ("" for none)."""
+        spec = self.matrix.spec.allocators[name or self.allocator_name]
+        return spec.library[self.os_spec.family].format(triplet=self.arch_spec.gnu_triplet)
+
+    def allocator_packages(self, name: str | None = None) -> list[str]:
+        return list(self.matrix.spec.allocators[name or self.allocator_name].packages[self.os_spec.family])
+
+    @property
     def cann_home(self) -> str:
         return self.layout.home.format(version=self.release.cann)
 
@@ -247,6 +266,7 @@ class Variant:
             "torch": self.torch,
             "torch_npu": self.torch_npu,
             "profile": self.profile,
+            "allocator": self.allocator_name,
             **pins,
         }
 
@@ -286,6 +306,7 @@ def select(
     python: str | None = None,
     profile: str | None = None,
     env: dict[str, str] | None = None,
+    allocator: str | None = None,
 ) -> list[Variant]:
     """Variants for the given flags; lists are comma-separated. Unset flags take the matrix defaults."""
     spec = matrix.spec
@@ -299,6 +320,8 @@ def select(
         raise SelectionError(unknown("release", release, spec.releases, "from --release"))
     if python is not None and python not in spec.python:
         raise SelectionError(unknown("python", python, spec.python, "from --python"))
+    if allocator is not None and allocator not in spec.allocators:
+        raise SelectionError(unknown("allocator", allocator, spec.allocators, "from --allocator"))
 
     variants = []
     for dev in devices:
@@ -335,6 +358,8 @@ def select(
                             python=py,
                             profile=profile,
                             user_env=tuple(sorted((env or {}).items())),
+                            # the backend's own allocator is no choice: it keeps the variant equal to the default
+                            allocator=None if allocator == spec.backends[be].allocator else allocator,
                         )
                     )
     return variants

@@ -2,8 +2,8 @@
 
 Stage chain per variant:  base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
 - `cann` is the `cann-install` image plus ENV captured from sourcing its env scripts.
-- `overlay` exists only for a non-default profile or user --env: a config-only image, so that
-  `--profile debug` never rebuilds CANN or torch.
+- `overlay` exists only for a non-default profile, allocator or user --env: a thin image, so that
+  `--profile debug` never rebuilds CANN or torch (an allocator adds its OS package, nothing else).
 """
 
 from __future__ import annotations
@@ -100,6 +100,8 @@ def overlay_suffix(v: Variant) -> str:
     parts = []
     if v.profile != v.matrix.spec.defaults.profile:
         parts.append(v.profile)
+    if v.allocator is not None:
+        parts.append("nopreload" if v.allocator == "none" else v.allocator)
     if v.user_env:
         digest = hashlib.sha256(repr(v.user_env).encode()).hexdigest()[:8]
         parts.append(f"env{digest}")

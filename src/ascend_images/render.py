@@ -98,15 +98,19 @@ def stage_labels(stage: Stage) -> dict[str, str]:
             f"{LABEL_PREFIX}.vllm": pins.vllm,
             f"{LABEL_PREFIX}.vllm-ascend": pins.vllm_ascend,
             f"{LABEL_PREFIX}.triton-ascend": pins.triton_ascend or "",
+            f"{LABEL_PREFIX}.allocator": v.default_allocator,
         }
     if stage.kind == "sglang" and isinstance(pins, SglangPins):
         labels |= {
             f"{LABEL_PREFIX}.backend": "sglang",
             f"{LABEL_PREFIX}.sglang": pins.sglang,
             f"{LABEL_PREFIX}.sgl-kernel-npu": pins.sgl_kernel_npu.tag,
+            f"{LABEL_PREFIX}.allocator": v.default_allocator,
         }
     if stage.kind == "overlay":
         labels[f"{LABEL_PREFIX}.profile"] = v.profile
+        if v.allocator is not None:
+            labels[f"{LABEL_PREFIX}.allocator"] = v.allocator
         if v.user_env:
             # the values too (they are in the image's ENV anyway): the image tests read their expectations here
             labels[f"{LABEL_PREFIX}.user-env"] = json.dumps(dict(v.user_env), sort_keys=True)
@@ -148,7 +152,8 @@ def _title(stage: Stage) -> tuple[str, str, str]:
         "torch": f"torch {v.torch} + torch_npu {v.torch_npu} on CANN {v.release.cann} for {v.device}",
         "vllm": f"vLLM-Ascend on CANN {v.release.cann} for {v.device}",
         "sglang": f"SGLang on CANN {v.release.cann} for {v.device}",
-        "overlay": f"{stage.parent_ref} with profile {v.profile}",
+        "overlay": f"{stage.parent_ref} with profile {v.profile}"
+        + (f" and allocator {v.allocator}" if v.allocator is not None else ""),
     }[stage.kind]
     return title, description, version
 
@@ -212,6 +217,7 @@ class Renderer:
             "env": [],
             "defaults": [],
             "user_env": bool(v.user_env),
+            "allocator": None,
         }
         doubles = test_doubles(stage, sources)
         if doubles:
@@ -250,12 +256,15 @@ class Renderer:
                                                        v.env_scripts))
         if stage.kind in ("vllm", "sglang"):
             ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
+            ctx["allocator"] = _allocator(v, v.default_allocator)
         if stage.kind == "sglang":
             ctx["artifacts"] = _sglang_artifacts(v, sources)
         if stage.kind == "overlay":
             full = effective_env(v)
-            ctx["env"] = _env_items({k: e for k, e in full.items()
-                                     if e.layer.startswith("profile:") or e.layer == "user"})
+            own = ("profile:", "user", *(("allocator:",) if v.allocator is not None else ()))
+            ctx["env"] = _env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
+            if v.allocator is not None:
+                ctx["allocator"] = _allocator(v, v.allocator)
             files["etc/env.json"] = _json(env_document(v.profile, full, captured, v.env_scripts))
         return ctx, files
 
@@ -299,6 +308,11 @@ class Renderer:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return target
+
+
+def _allocator(v: Variant, name: str) -> dict[str, Any]:
+    return {"name": name, "packages": v.allocator_packages(name), "library": v.allocator_library(name),
+            "source": v.matrix.spec.allocators[name].source}
 
 
 def _bisheng_artifacts(v: Variant, sources: Sources) -> list[dict[str, str]]:

@@ -38,6 +38,7 @@ class DeviceSpec(Strict):
 class ArchSpec(Strict):
     docker_platform: str
     debian_arch: str
+    gnu_triplet: str
     torch_local_version: str
     torch_index_url: str
     source: str
@@ -52,6 +53,12 @@ class OsSpec(Strict):
     python_bin: str
     base_packages: list[str]
     official_cann_os: str | None = None
+    source: str
+
+
+class AllocatorSpec(Strict):
+    packages: dict[Literal["apt", "dnf"], list[str]]
+    library: dict[Literal["apt", "dnf"], str]  # "" preloads nothing; {triplet} is the arch's gnu_triplet
     source: str
 
 
@@ -115,6 +122,7 @@ class ArtifactSpec(Strict):
 
 class BackendSpec(Strict):
     description: str
+    allocator: str
     artifacts: dict[str, ArtifactSpec] = Field(default_factory=dict)
     sha256: dict[str, str] = Field(default_factory=dict)
     packages: list[str] = Field(default_factory=list)
@@ -216,6 +224,7 @@ class MatrixSpec(Strict):
     devices: dict[str, DeviceSpec]
     arches: dict[str, ArchSpec]
     os: dict[str, OsSpec]
+    allocators: dict[str, AllocatorSpec]
     python: dict[str, PythonSpec]
     cann: CannSpec
     layouts: dict[str, LayoutSpec]

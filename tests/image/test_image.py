@@ -240,6 +240,49 @@ def test_manifest_equals_installed(host, variant):
     assert manifest["cann"].get("Ascend-cann-toolkit") == variant.release.cann
 
 
+
+# --- memory allocator -----------------------------------------------------------------------------------------
+# Written out from ref004 (2.1: serving hosts preload jemalloc from /usr/lib/"$(uname -i)"-linux-gnu/
+# libjemalloc.so.2; 2.2: tcmalloc) and Debian's file lists (libjemalloc2, libgoogle-perftools4), not from
+# matrix.yaml: a wrong path or default there fails here.
+DEBIAN_ALLOCATOR_LIBRARY = {
+    "jemalloc": "/usr/lib/{machine}-linux-gnu/libjemalloc.so.2",
+    "tcmalloc": "/usr/lib/{machine}-linux-gnu/libtcmalloc.so.4",
+}
+SERVING_ALLOCATOR = {"vllm": "jemalloc", "sglang": "jemalloc", "none": None}
+PRELOAD_FAILED = "cannot be preloaded"  # ld.so's words for an LD_PRELOAD entry it could not load
+
+
+def expected_allocator(labels: dict[str, str], backend: str) -> str | None:
+    """The backend's serving default, unless the image is an overlay built with another --allocator."""
+    if labels.get("io.ascend-images.stage") == "overlay" and "io.ascend-images.allocator" in labels:
+        chosen = labels["io.ascend-images.allocator"]
+        return None if chosen == "none" else chosen
+    return SERVING_ALLOCATOR[backend]
+
+
+def test_allocator_is_preloaded(docker_client, host, image, variant):
+    """Every process maps the allocator's library: what ref004's `LD_PRELOAD` tuning is for."""
+    want = expected_allocator(docker_client.images.get(image).labels, variant.backend)
+    maps = host.check_output("python -c 'print(open(\"/proc/self/maps\").read())'")
+    if want is None:
+        assert not re.search(r"lib(je|tc)malloc", maps), maps
+        return
+    library = DEBIAN_ALLOCATOR_LIBRARY[want].format(machine=host.check_output("uname -m"))
+    real = host.check_output(f"readlink -f {library}")
+    assert real in maps, f"{want}: {real} is not mapped in a Python process"
+    assert shell_env(host, "exec").get("LD_PRELOAD") == library
+
+
+def test_tools_work_with_the_allocator_preloaded(host, variant):
+    """pip, the OS's package manager and CANN's env scripts run cleanly with the allocator preloaded."""
+    manager = "apt-get check" if variant.os_spec.family == "apt" else "dnf --version"
+    sources = " && ".join(f"source {s}" for s in variant.env_scripts)
+    for command in ("pip --version", manager, f"bash -c {shlex.quote(sources + ' && echo sourced')}"):
+        result = host.run(command)
+        assert result.rc == 0, f"{command}: exit {result.rc}\n{result.stderr[-2000:]}"
+        assert PRELOAD_FAILED not in result.stderr, f"{command}: {result.stderr[-2000:]}"
+
 # --- labels ---------------------------------------------------------------------------------------
 def test_labels(docker_client, image, variant):
     labels = docker_client.images.get(image).labels

@@ -172,7 +172,7 @@ def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fa
 
 
 def test_overlays_rebuild_nothing_below_and_carry_their_settings(docker_client, ci_builds):
-    """Choosing a profile or a build-time --env adds one config-only image on the shared chain."""
+    """Choosing a profile, an allocator or a build-time --env adds one thin image on the shared chain."""
     overlays = [(sel, built) for sel, built in zip(CI_SELECTIONS, ci_builds, strict=True)
                 if "profile" in sel or "env" in sel]
     assert len(overlays) == 2
@@ -188,3 +188,6 @@ def test_overlays_rebuild_nothing_below_and_carry_their_settings(docker_client, 
         assert line in debug.splitlines(), debug
     assert "OMP_NUM_THREADS=8" in with_env.splitlines() and "HCCL_CONNECT_TIMEOUT=3600" in with_env.splitlines()
     assert "ASCEND_GLOBAL_LOG_LEVEL=3" in with_env.splitlines()  # production, the default profile
+    # --allocator tcmalloc on a backend that preloads nothing: ref004 2.2's library, Debian's soname
+    assert f"LD_PRELOAD=/usr/lib/{TEST_ARCH}-linux-gnu/libtcmalloc.so.4" in with_env.splitlines(), with_env
+    assert not [line for line in debug.splitlines() if line.startswith("LD_PRELOAD=")], debug

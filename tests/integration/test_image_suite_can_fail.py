@@ -110,3 +110,19 @@ def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, 
     failed = failed_stack_checks(docker_client, tag, work_dir)
     assert {"test_torch_npu_loads_and_sees_no_npu", "test_torch_and_torch_npu_pins", "test_pip_check"} <= failed
     assert not {"test_cann_env_is_upstreams", "test_cann_layout_is_upstreams", "test_labels"} & failed
+
+
+def test_an_allocator_that_does_not_load_is_caught(docker_client, ci_images, work_dir, tmp_path):
+    """A serving image whose LD_PRELOAD names a library that is not there (the soname of another jemalloc): every
+    process still starts, ld.so only complains, so only the allocator checks can see it."""
+    serving = next(tag for tag in ci_images if "/vllm-ascend:" in tag)
+    env = dict(e.split("=", 1) for e in docker_client.images.get(serving).attrs["Config"]["Env"])
+    assert env["LD_PRELOAD"].endswith("/libjemalloc.so.2")
+    tag = derived(docker_client, serving, "ascend-images-test/broken-allocator:latest",
+                  f"ENV LD_PRELOAD={env['LD_PRELOAD'][:-2]}.1\n", tmp_path)
+    try:
+        result = run_image_suite(tag, work_dir, ["-k", "allocator or test_labels or test_pip_check"])
+    finally:
+        docker_client.images.remove(tag, force=True)
+    assert {"test_allocator_is_preloaded", "test_tools_work_with_the_allocator_preloaded"} <= set(result.failed)
+    assert not {"test_labels", "test_pip_check"} & set(result.failed), result.failed
