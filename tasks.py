@@ -108,13 +108,21 @@ def env(c, device=None, backend=None, release=None, os=None, arch=None, python=N
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, "out": "output directory (default build/contexts)",
-            "base_image": INPUT_HELP["base_image"], "namespace": INPUT_HELP["namespace"]},
+            "base_image": INPUT_HELP["base_image"], "namespace": INPUT_HELP["namespace"],
+            "check": "compare the committed rendered/ Dockerfiles with what the matrix renders now (exit 1 on drift)",
+            "update": "rewrite rendered/ (what CI publishes and every default image) from the matrix"},
       iterable=SELECTION_ITERABLE)
 def render(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
            allocator=None, matrix="matrix.yaml", out="build/contexts", cann_source=None, cann_dir=None,
            cann_image=None, checksums=None, artifacts_dir=None, torch_index_url=None, base_image=None,
-           namespace="ascend-images"):
-    """Render the build context (Dockerfile and files) of every stage of the selection."""
+           namespace="ascend-images", check=False, update=False):
+    """Render the build context (Dockerfile and files) of every stage of the selection; or check/update the
+    committed Dockerfiles."""
+    if check or update:
+        code = _run(cli.committed_renderings, matrix, print, update=update)
+        if code:
+            raise Exit(code=code)
+        return
     _run(cli.render_selection, _selection(locals()),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          Path(out), print, namespace, base_image)

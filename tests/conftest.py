@@ -198,18 +198,17 @@ X86_RELEASE = "test-wheelhouse"
 @pytest.fixture(scope="session")
 def x86_matrix(tmp_path_factory) -> Path:
     """matrix.yaml plus a test release whose torch pair (2.13.0) has an x86_64 CPU wheel on this machine."""
-    import yaml
+    from tests.fixtures.matrices import matrix_copy
 
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    data["torch"]["pairs"]["2.13.0"] = {"torch": "2.13.0", "cann": "8.5.0", "python": ">=3.10,<3.14",
-                                        "cxx11_abi": 1, "source": "PyPI (test pair)"}
-    data["releases"]["test-wheelhouse"] = {"description": "test: torch from a local wheelhouse", "cann": "8.5.0",
-                                           "torch_npu": "2.13.0", "python": ["system"], "backends": {"none": {}},
-                                           "source": "tests"}
-    data["arches"]["x86_64"]["torch_index_url"] = ""  # PyTorch's CPU index is unreachable: the wheelhouse has it
-    path = tmp_path_factory.mktemp("matrix") / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    def with_wheelhouse_release(data: dict) -> None:
+        data["torch"]["pairs"]["2.13.0"] = {"torch": "2.13.0", "cann": "8.5.0", "python": ">=3.10,<3.14",
+                                            "cxx11_abi": 1, "source": "PyPI (test pair)"}
+        data["releases"]["test-wheelhouse"] = {"description": "test: torch from a local wheelhouse", "cann": "8.5.0",
+                                               "torch_npu": "2.13.0", "python": ["system"],
+                                               "backends": {"none": {}}, "source": "tests"}
+        data["arches"]["x86_64"]["torch_index_url"] = ""  # PyTorch's CPU index is unreachable: the wheelhouse has it
+
+    return matrix_copy(tmp_path_factory.mktemp("matrix"), with_wheelhouse_release)
 
 
 @pytest.fixture(scope="session")

@@ -166,6 +166,23 @@ def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out
     return plan
 
 
+def committed_renderings(matrix: str, out: Out, update: bool = False) -> int:
+    """`invoke render --check | --update`: the committed rendered/ Dockerfiles."""
+    from . import rendered
+
+    if update:
+        count, directory = rendered.update(matrix)
+        out(f"wrote {count} Dockerfiles to {directory}")
+        return 0
+    result, directory = rendered.drift(matrix)
+    if result.clean:
+        out(f"{directory}: up to date with matrix.yaml and images/")
+        return 0
+    out(result.diff[:20000])
+    out(result.summary(directory))
+    return 1
+
+
 def base_images(variants: Iterable[Variant], explicit: str | None,
                 exists: Callable[[str], bool] | None = None) -> dict[tuple[str, str], str]:
     """(os, arch) -> the image the base stage starts FROM.

@@ -11,7 +11,8 @@ import pytest
 
 from ascend_images import cli
 from ascend_images.errors import BuildError
-from tests.conftest import CI_SELECTIONS, LEAK_MARKER_PREFIX, ROOT, TEST_ARCH, TEST_NAMESPACE, build_ci_selection
+from tests.conftest import CI_SELECTIONS, LEAK_MARKER_PREFIX, TEST_ARCH, TEST_NAMESPACE, build_ci_selection
+from tests.fixtures.matrices import matrix_copy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # what a build must never leave in a layer: installers, build-helper temp dirs, pip config, netrc
@@ -122,13 +123,11 @@ def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets)
 
 def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_cann_dir, build_secrets,
                                                   work_dir, ci_builds):
-    import yaml
+    def unreleased_torch_npu(data: dict) -> None:
+        data["torch"]["pairs"]["2.8.0.post99"] = dict(data["torch"]["pairs"]["2.8.0.post2"])
+        data["releases"]["cann8.5.0-pt2.8.0"]["torch_npu"] = "2.8.0.post99"
 
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    data["torch"]["pairs"]["2.8.0.post99"] = dict(data["torch"]["pairs"]["2.8.0.post2"])
-    data["releases"]["cann8.5.0-pt2.8.0"]["torch_npu"] = "2.8.0.post99"
-    broken = tmp_path / "matrix.yaml"
-    broken.write_text(yaml.safe_dump(data, sort_keys=False))
+    broken = matrix_copy(tmp_path, unreleased_torch_npu)
     sel = cli.Selection(matrix=str(broken), device="a3", backend="none", release="cann8.5.0-pt2.8.0",
                         arch=TEST_ARCH)
     lines: list[str] = []
@@ -149,16 +148,12 @@ def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_
 
 
 def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fake_cann_dir, build_secrets):
-    import shutil
-
-    import yaml
-
     from ascend_images.lockfile import LockError
 
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["triton_ascend"] = "3.2.1"
-    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    def other_triton(data: dict) -> None:
+        data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["triton_ascend"] = "3.2.1"
+
+    matrix_copy(tmp_path, other_triton, locks=True)
     lines: list[str] = []
     sel = cli.Selection(matrix=str(tmp_path / "matrix.yaml"), device="a3", backend="vllm",
                         release="cann8.5.0-pt2.8.0", arch=TEST_ARCH)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
-import yaml
 
 from ascend_images.lockfile import check_lock, lock_spec, parse_lock
 from ascend_images.lockgen import LockMaker
 from ascend_images.matrix import load_matrix, select
 from tests.conftest import ROOT
+from tests.fixtures.matrices import matrix_copy
 
 pytestmark = pytest.mark.network
 
@@ -44,10 +43,10 @@ def test_lock_check_passes_here_and_fails_on_a_changed_pin(tmp_path):
     ok = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "2 of 2 locks fresh" in ok.stdout
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["vllm_ascend"] = "0.13.0rc3"
-    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    def other_vllm_ascend(data: dict) -> None:
+        data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["vllm_ascend"] = "0.13.0rc3"
+
+    matrix_copy(tmp_path, other_vllm_ascend, locks=True)
     stale = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0",
                     "--matrix", str(tmp_path / "matrix.yaml"))
     assert stale.returncode == 1

@@ -5,19 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from ascend_images.matrix import Variant, load_matrix, select
+from tests.fixtures.matrices import matrix_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def mutated_matrix(tmp_path: Path, mutate: Callable[[dict], None]) -> Path:
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    mutate(data)
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return matrix_copy(tmp_path, mutate)
 
 
 def variant(tmp_path: Path, mutate: Callable[[dict], None] | None = None, **kwargs) -> Variant:

@@ -18,6 +18,7 @@ from ascend_images.fetch import CHECKSUMS_FILE, fetch_all
 from ascend_images.matrix import load_matrix
 from tests.conftest import ROOT
 from tests.fixtures.httpserver import Server
+from tests.fixtures.matrices import matrix_copy as copy_matrix
 
 FAST = Policy(attempts=4, backoff=0.01, timeout=10)
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB, so a transfer can break in the middle
@@ -33,9 +34,7 @@ def server():
 @pytest.fixture
 def matrix_copy(tmp_path):
     """The real matrix in a directory of its own, so the checksums file beside it is the test's."""
-    path = tmp_path / "matrix.yaml"
-    path.write_text((ROOT / "matrix.yaml").read_text())
-    return load_matrix(path)
+    return load_matrix(copy_matrix(tmp_path))
 
 
 def sha(data: bytes) -> str:
@@ -132,11 +131,12 @@ def test_progress_is_plain_lines_when_not_a_terminal(server, matrix_copy, tmp_pa
 def test_fetch_task_for_a_selection_then_build_resolves_from_the_cache(server, tmp_path):
     """The whole path: CANN packages named by the matrix, sent with Huawei's Referer, recorded on first use,
     then a build's sources serve them from the cache (as a local directory would be)."""
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    data["cann"]["download_url"] = server.url("/CANN/{version}/{file}")
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    def served_here(data: dict) -> None:
+        data["cann"]["download_url"] = server.url("/CANN/{version}/{file}")
+
+    path = copy_matrix(tmp_path, served_here)
     matrix = load_matrix(path)
+    data = yaml.safe_load(path.read_text())
     sel = cli.Selection(matrix=str(path), device="a3", backend="none", release="cann8.5.0-pt2.8.0", arch="aarch64")
     (variant,) = sel.variants(matrix)
     for file in variant.package_files().values():
@@ -155,8 +155,7 @@ def test_fetch_task_for_a_selection_then_build_resolves_from_the_cache(server, t
 
 
 def test_build_without_checksums_or_cache_says_to_fetch(tmp_path):
-    path = tmp_path / "matrix.yaml"
-    path.write_text((ROOT / "matrix.yaml").read_text())
+    path = copy_matrix(tmp_path)
     matrix = load_matrix(path)
     (variant,) = cli.Selection(matrix=str(path), device="a3", backend="none", arch="aarch64").variants(matrix)
     sources = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "nothing")).sources(matrix)

@@ -1,20 +1,16 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ascend_images.errors import MatrixError, SelectionError
 from ascend_images.matrix import all_variants, load_matrix, parse_env_overrides, select
+from tests.fixtures.matrices import matrix_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(tmp_path: Path, mutate) -> Path:
-    data = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    mutate(data)
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return matrix_copy(tmp_path, mutate)
 
 
 def test_repo_matrix_loads_with_every_release(matrix):
