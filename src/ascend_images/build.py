@@ -25,12 +25,12 @@ from .claims import claim, claims_dir
 from .engine import disk_full
 from .envcapture import capture_env
 from .errors import BuildError, Interrupted
+from .names import CONTENT_KEY_LABEL
 from .plan import BuildPlan, Stage
 from .progress import StageProgress, fmt_seconds, printer
-from .render import LABEL_PREFIX, Renderer
+from .render import Renderer
 from .sources import BuildInputs, Sources
 
-CONTENT_KEY_LABEL = f"{LABEL_PREFIX}.content-key"
 KEY_VERSION = "ascend-images-content-key-v1"
 
 

@@ -17,8 +17,9 @@ from .errors import AscendImagesError, SelectionError
 from .fetch import default_cache, recorded_checksums
 from .lockfile import LockError, LockSpec, check_lock, load_lock, lock_specs, locks_dir, parse_lock
 from .matrix import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides, select
-from .plan import DEFAULT_NAMESPACE, BuildPlan, PlanOptions, make_plan
-from .render import TEST_DOUBLE_LABEL, Renderer
+from .names import DEFAULT_NAMESPACE, TEST_DOUBLE_LABEL, image_tag, label
+from .plan import BuildPlan, PlanOptions, make_plan
+from .render import Renderer
 from .rules import RULES, enforce, evaluate
 from .sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
 
@@ -485,8 +486,7 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         variants = sel.variants(matrix)
         if len(variants) != 1:
             raise SelectionError(f"the selection names {len(variants)} images; narrow it or pass --image REF")
-        plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), namespace))
-        image, device = plan.top(variants[0]).tag, variants[0].device
+        image, device = image_tag(variants[0], namespace), variants[0].device
     spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
                    mode=flags.mode, host_root=Path(flags.host_root),  # type: ignore[arg-type]
                    driver_mounts=flags.driver_mounts,  # type: ignore[arg-type]
@@ -496,7 +496,7 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     if client is not None:
         if not image_exists(client, image):
             raise RunError(f"image {image} is not on this engine; build it first (invoke build ...) or pull it")
-        device = client.images.get(image).labels.get("io.ascend-images.device", device)
+        device = client.images.get(image).labels.get(label("device"), device)
     devices_spec = matrix.spec.devices.get(device) if device else None
     spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1)
     for warning in check_spec(spec):
@@ -552,8 +552,7 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
     matrix = sel.load()
     variants = sel.variants(matrix)
     check_rules(variants, out)
-    plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), namespace))
-    groups = group_variants([(plan, variants)], target)
+    groups = group_variants(variants, namespace, target)
     # the merge job writes lists from what the registry holds: it needs no engine, and may run where none is
     publisher = Publisher(None if only == "lists" else connect(), RegistryClient(target.registry), target, out,
                           force=force, dry_run=dry_run,

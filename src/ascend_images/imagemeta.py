@@ -6,7 +6,7 @@ import json
 
 from .errors import AscendImagesError
 from .matrix import Matrix, Variant, select
-from .render import LABEL_PREFIX
+from .names import LABEL_PREFIX
 
 REQUIRED = ("release", "device", "backend", "os", "arch", "python")
 

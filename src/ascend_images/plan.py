@@ -8,14 +8,11 @@ Stage chain per variant:  base -> cann-install -> cann -> torch [-> vllm | sglan
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 from .matrix import Variant
+from .names import DEFAULT_NAMESPACE, overlay_suffix, stage_tag, top_kind
 from .sources import CannSource
-
-DEFAULT_NAMESPACE = "ascend-images"
-BACKEND_REPOS = {"none": "torch-npu", "vllm": "vllm-ascend", "sglang": "sglang"}
 
 
 @dataclass(frozen=True)
@@ -69,45 +66,6 @@ class BuildPlan:
         return self.tops[variant]
 
 
-def docker_arch(variant: Variant) -> str:
-    return variant.arch_spec.debian_arch
-
-
-def _py(variant: Variant) -> str:
-    return f"py{variant.python_version}" + ("" if variant.python == "system" else f"-{variant.python}")
-
-
-def stage_tag(kind: str, v: Variant, namespace: str) -> str:
-    arch = docker_arch(v)
-    tail = f"{v.device}-{v.os}-{_py(v)}-{arch}"
-    cann = v.cann_version.tag
-    if kind == "base":
-        return f"{namespace}/base:{v.os}-{_py(v)}-{arch}"
-    if kind == "cann-install":
-        return f"{namespace}/cann-install:{cann}-{tail}"
-    if kind == "cann":
-        return f"{namespace}/cann:{cann}-{tail}"
-    if kind == "torch":
-        return f"{namespace}/torch-npu:{v.torch_npu}-cann{cann}-{tail}"
-    if kind == "vllm":
-        return f"{namespace}/vllm-ascend:{v.release.backends.vllm.vllm_ascend}-cann{cann}-{tail}"  # type: ignore[union-attr]
-    if kind == "sglang":
-        return f"{namespace}/sglang:{v.release.backends.sglang.sglang}-cann{cann}-{tail}"  # type: ignore[union-attr]
-    raise ValueError(f"unknown stage kind {kind!r}")
-
-
-def overlay_suffix(v: Variant) -> str:
-    parts = []
-    if v.profile != v.matrix.spec.defaults.profile:
-        parts.append(v.profile)
-    if v.allocator is not None:
-        parts.append("nopreload" if v.allocator == "none" else v.allocator)
-    if v.user_env:
-        digest = hashlib.sha256(repr(v.user_env).encode()).hexdigest()[:8]
-        parts.append(f"env{digest}")
-    return "-".join(parts)
-
-
 def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
     stages: dict[str, Stage] = {}
     tops: dict[Variant, Stage] = {}
@@ -131,7 +89,7 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
             install = add("cann-install", stage_tag("cann-install", v, ns), v, base)
         cann = add("cann", stage_tag("cann", v, ns), v, install)
         top = add("torch", stage_tag("torch", v, ns), v, cann)
-        if v.backend != "none":
+        if top_kind(v) != "torch":
             top = add(v.backend, stage_tag(v.backend, v, ns), v, top)
         suffix = overlay_suffix(v)
         if suffix:

@@ -24,9 +24,8 @@ import docker
 
 from .errors import AscendImagesError
 from .matrix import Variant
-from .plan import BuildPlan
+from .names import TEST_DOUBLE_LABEL, alias, image_tag, list_tag, repo_name
 from .registry import DOCKER_LIST, RegistryClient, RegistryError, manifest_list, retry
-from .render import TEST_DOUBLE_LABEL
 
 Out = Callable[[str], None]
 PUSH_BACKOFF = (1.0, 3.0)  # the engine already retries layer uploads itself
@@ -73,28 +72,19 @@ class VariantRelease:
         return [f"{target.registry}/{self.repo}:{t}" for t in [*(i.tag for i in self.images.values()), self.list_tag]]
 
 
-def group_variants(plans: list[tuple[BuildPlan, list[Variant]]], target: Target) -> list[VariantRelease]:
+def group_variants(variants: list[Variant], namespace: str, target: Target) -> list[VariantRelease]:
     """Variants that differ only by arch share one manifest list."""
     groups: dict[tuple[str, str], VariantRelease] = {}
-    for plan, variants in plans:
-        for v in variants:
-            top = plan.top(v)
-            darch = v.arch_spec.debian_arch
-            name, _, arch_tag = top.tag.rpartition(":")
-            list_tag = re.sub(rf"-{re.escape(darch)}(?=-|$)", "", arch_tag, count=1)
-            repo = target.repo(name.rsplit("/", 1)[-1])
-            defaults = v.matrix.spec.defaults
-            is_default = (defaults.release.get(v.device, {}).get(v.backend) == v.release_name
-                          and v.os == defaults.os and v.python == defaults.python
-                          and v.profile == defaults.profile and not v.user_env)
-            group = groups.setdefault((repo, list_tag), VariantRelease(
-                repo, list_tag, f"latest-{v.device}-{v.backend}" if is_default else None))
-            platform = {"architecture": darch, "os": "linux"}
-            if darch == "arm64":
-                platform["variant"] = "v8"
-            group.images[darch] = ArchImage(top.tag, arch_tag, platform)
+    for v in variants:
+        local = image_tag(v, namespace)
+        darch = v.arch_spec.debian_arch
+        repo = target.repo(repo_name(v))
+        group = groups.setdefault((repo, list_tag(v)), VariantRelease(repo, list_tag(v), alias(v)))
+        platform = {"architecture": darch, "os": "linux"}
+        if darch == "arm64":
+            platform["variant"] = "v8"
+        group.images[darch] = ArchImage(local, local.rpartition(":")[2], platform)
     return list(groups.values())
-
 
 class Publisher:
     def __init__(self, client: docker.DockerClient | None, registry: RegistryClient, target: Target, out: Out,

@@ -21,14 +21,13 @@ from .artifacts import bisheng_wanted, sglang_wanted
 from .envs import EnvValue, baked_env, effective_env
 from .lockfile import LockError, load_lock
 from .matrix import Variant
+from .names import LABEL_PREFIX, TEST_DOUBLE_LABEL
 from .plan import Stage
 from .schema import SglangPins, VllmPins
 from .sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
 
 IMAGES_DIR = Path(__file__).resolve().parents[2] / "images"
 FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
-LABEL_PREFIX = "io.ascend-images"
-TEST_DOUBLE_LABEL = f"{LABEL_PREFIX}.test-double"
 
 
 def dockerfile_value(value: str) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from .fetch import recorded_checksums
 from .matrix import Matrix, Variant, load_matrix, select
-from .plan import DEFAULT_NAMESPACE, PlanOptions, make_plan
+from .names import DEFAULT_NAMESPACE
+from .plan import PlanOptions, make_plan
 from .render import Renderer
 from .sources import ArtifactSource, CannSource, Sources
 

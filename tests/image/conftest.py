@@ -8,8 +8,7 @@ import pytest
 
 from ascend_images.imagemeta import variant_from_labels
 from ascend_images.matrix import parse_env_overrides, select
-from ascend_images.plan import PlanOptions, make_plan
-from ascend_images.sources import CannSource
+from ascend_images.names import image_tag
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
 
 
@@ -22,8 +21,7 @@ def ci_image_tags() -> list[str]:
     for selection in CI_SELECTIONS:
         chosen = {**selection, "env": parse_env_overrides(selection.get("env", []))}
         variants = select(matrix, arch=TEST_ARCH, **chosen)
-        plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), TEST_NAMESPACE))
-        tags += [plan.top(v).tag for v in variants]
+        tags += [image_tag(v, TEST_NAMESPACE) for v in variants]
     return sorted(set(tags))
 
 

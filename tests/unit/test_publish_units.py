@@ -4,10 +4,8 @@ import urllib.error
 import pytest
 
 from ascend_images.matrix import select
-from ascend_images.plan import PlanOptions, make_plan
 from ascend_images.publish import PublishError, Target, group_variants
 from ascend_images.registry import Manifest, RegistryError, manifest_list, retry
-from ascend_images.sources import CannSource
 
 
 def test_retry_transient_then_success():
@@ -57,8 +55,7 @@ def test_target_parse():
 
 def test_group_variants_one_list_per_variant_across_arches(matrix):
     variants = select(matrix, device="a2,a3", backend="none", arch="x86_64,aarch64")
-    plan = make_plan(variants, PlanOptions(CannSource("url", strict=False)))
-    groups = group_variants([(plan, variants)], Target("reg:5000", "ns"))
+    groups = group_variants(variants, "ascend-images", Target("reg:5000", "ns"))
     assert len(groups) == 2
     a3 = next(g for g in groups if "-a3-" in g.list_tag)
     assert a3.repo == "ns/torch-npu"
@@ -72,9 +69,20 @@ def test_group_variants_one_list_per_variant_across_arches(matrix):
 
 def test_non_default_release_gets_no_alias(matrix):
     variants = select(matrix, device="a2", backend="none", release="cann8.3.rc1-sglang0.5.8")
-    plan = make_plan(variants, PlanOptions(CannSource("url", strict=False)))
-    (group,) = group_variants([(plan, variants)], Target("reg", ""))
+    (group,) = group_variants(variants, "ascend-images", Target("reg", ""))
     assert group.alias is None
+
+
+@pytest.mark.parametrize("choice", [{"profile": "debug"}, {"allocator": "tcmalloc"}, {"env": {"A": "1"}}])
+def test_a_chosen_setting_gets_its_own_list_and_no_alias(matrix, choice):
+    """`latest-a3-vllm` must stay the image a user gets without choosing: an overlay never takes the alias."""
+    (v,) = select(matrix, device="a3", backend="vllm", **choice)
+    (group,) = group_variants([v], "ascend-images", Target("reg", "ns"))
+    assert group.alias is None
+    suffix = {"profile": "-debug", "allocator": "-tcmalloc", "env": "-env"}[next(iter(choice))]
+    assert group.list_tag.startswith(f"0.13.0-cann8.5.0-a3-debian12-py3.11{suffix}"), group.list_tag
+    assert group.images["arm64"].tag.endswith("-arm64" + group.list_tag.removeprefix(
+        "0.13.0-cann8.5.0-a3-debian12-py3.11")), group.images["arm64"].tag
 
 
 def test_manifest_list_references_children_by_digest():

@@ -192,3 +192,17 @@ def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
         assert set(renders[name]) == {*renders["default"], "overlay"}
         for kind, rendered in renders["default"].items():
             assert renders[name][kind] == rendered, f"{name}: the {kind} stage differs"
+
+
+def test_image_tag_needs_no_plan_and_is_the_plans_top(matrix):
+    """names.image_tag answers without a plan or a CANN source; a plan's top stage carries the same tag."""
+    from ascend_images.matrix import all_variants
+    from ascend_images.names import image_tag
+
+    variants = all_variants(matrix) + select(matrix, device="a3", backend="vllm,sglang,none", profile="debug",
+                                             allocator="tcmalloc", env={"A": "1"})
+    plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), "ns"))
+    assert [plan.top(v).tag for v in variants] == [image_tag(v, "ns") for v in variants]
+    # written out by hand: the tag scheme README documents
+    (v,) = select(matrix, device="a3", backend="vllm", allocator="none")
+    assert image_tag(v, "ns") == "ns/vllm-ascend:0.13.0-cann8.5.0-a3-debian12-py3.11-arm64-nopreload"
