@@ -1,0 +1,91 @@
+"""Expectations written out by hand, one image per backend and the debug overlay: the values come from the
+reference documents and compat.md, not from matrix.yaml or the code that renders the images, so a precedence or
+derivation bug (a layer applied in the wrong order, a default dropped, a label taken from the wrong stage) fails
+here even where the suite's other checks, which read the matrix, agree with it.
+
+Read from the image's config (what every process inherits), no container needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import TEST_ARCH, TEST_NAMESPACE
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ARCH = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
+COMMON = {  # ref000 (ROLL's guide), the layer every image carries
+    "HCCL_CONNECT_TIMEOUT": "3600", "HCCL_EXEC_TIMEOUT": "3600", "HCCL_DETERMINISTIC": "false",
+    "HCCL_OP_EXPANSION_MODE": "AIV", "NPU_MEMORY_FRACTION": "0.96",
+    "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True", "MULTI_STREAM_MEMORY_REUSE": "1",
+    "TASK_QUEUE_ENABLE": "2", "COMBINED_ENABLE": "1", "CPU_AFFINITY_CONF": "2", "OMP_NUM_THREADS": "1",
+    "ACL_OP_COMPILER_CACHE_MODE": "enable", "ACL_OP_COMPILER_CACHE_DIR": "/tmp/npu_cache",
+    "ASCEND_MAX_OP_CACHE_SIZE": "5000",
+    "SOC_VERSION": "ascend910_9391",  # A3 (compat.md Devices; vllm-ascend's Dockerfile.a3)
+}
+PRODUCTION = {"ASCEND_GLOBAL_LOG_LEVEL": "3", "ASDOPS_LOG_LEVEL": "ERROR", "ATB_LOG_LEVEL": "ERROR",
+              "ASCEND_SLOG_PRINT_TO_STDOUT": "0", "ASCEND_LAUNCH_BLOCKING": "0"}  # ref000
+DEBUG = {"ASCEND_GLOBAL_LOG_LEVEL": "0", "ASDOPS_LOG_LEVEL": "INFO", "ATB_LOG_LEVEL": "INFO",
+         "ASCEND_SLOG_PRINT_TO_STDOUT": "1", "ASCEND_LAUNCH_BLOCKING": "1"}  # ref000, for debugging
+JEMALLOC = f"/usr/lib/{TEST_ARCH}-linux-gnu/libjemalloc.so.2"  # ref004 2.1
+CANN_850_A3 = {  # compat.md: CANN 8.5.0 (HDK floor 25.5.0, cann-<VER> layout), torch_npu 2.8.0.post2 on torch 2.8.0
+    "io.ascend-images.device": "a3", "io.ascend-images.soc-version": "ascend910_9391",
+    "io.ascend-images.cann": "8.5.0", "io.ascend-images.cann-layout": "cann-versioned",
+    "io.ascend-images.hdk-floor": "25.5.0", "io.ascend-images.torch": "2.8.0",
+    "io.ascend-images.torch-npu": "2.8.0.post2", "io.ascend-images.release": "cann8.5.0-pt2.8.0",
+    "io.ascend-images.os": "debian12", "io.ascend-images.arch": TEST_ARCH, "io.ascend-images.python": "system",
+    "io.ascend-images.python-version": "3.11",
+}
+TAIL = f"cann8.5.0-a3-debian12-py3.11-{ARCH}"
+EXPECTED = {
+    f"torch-npu:2.8.0.post2-{TAIL}": {
+        "env": {**COMMON, **PRODUCTION},
+        "absent": ["LD_PRELOAD", "VLLM_USE_V1", "HCCL_HOST_SOCKET_PORT_RANGE"],
+        "labels": {**CANN_850_A3, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
+                   "io.ascend-images.profile": "production"},
+    },
+    f"torch-npu:2.8.0.post2-{TAIL}-debug": {
+        "env": {**COMMON, **DEBUG},
+        "absent": ["LD_PRELOAD"],
+        "labels": {**CANN_850_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
+                   "io.ascend-images.profile": "debug"},
+    },
+    f"vllm-ascend:0.13.0-{TAIL}": {
+        # ref000: graph mode wants task queue level 1; vLLM V1 and vllm-ascend's FLASHCOMM, dense optimize and MLP
+        # prefetch on; Ray leaves ASCEND_RT_VISIBLE_DEVICES alone
+        "env": {**COMMON, **PRODUCTION, "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
+                "VLLM_ASCEND_ENABLE_FLASHCOMM": "1", "VLLM_ASCEND_ENABLE_DENSE_OPTIMIZE": "1",
+                "VLLM_ASCEND_ENABLE_PREFETCH_MLP": "1", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
+                "LD_PRELOAD": JEMALLOC},
+        "absent": ["HCCL_HOST_SOCKET_PORT_RANGE", "SGLANG_DEEPEP_BF16_DISPATCH"],
+        "labels": {**CANN_850_A3, "io.ascend-images.stage": "vllm", "io.ascend-images.backend": "vllm",
+                   "io.ascend-images.vllm": "0.13.0", "io.ascend-images.vllm-ascend": "0.13.0",
+                   "io.ascend-images.triton-ascend": "3.2.0", "io.ascend-images.allocator": "jemalloc",
+                   "io.ascend-images.profile": "production"},
+    },
+    f"sglang:0.5.10-{TAIL}": {
+        # ref002: SGLang's HCCL port ranges, Ray's device variable and DeepEP's BF16 dispatch
+        "env": {**COMMON, **PRODUCTION, "HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050",
+                "HCCL_NPU_SOCKET_PORT_RANGE": "61000-61050", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
+                "SGLANG_DEEPEP_BF16_DISPATCH": "1", "LD_PRELOAD": JEMALLOC},
+        "absent": ["VLLM_USE_V1"],
+        "labels": {**CANN_850_A3, "io.ascend-images.stage": "sglang", "io.ascend-images.backend": "sglang",
+                   "io.ascend-images.sglang": "0.5.10", "io.ascend-images.sgl-kernel-npu": "2026.02.01",
+                   "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production"},
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_env_and_labels_written_out_by_hand(docker_client, ci_images, name):
+    tag = f"{TEST_NAMESPACE}/{name}"
+    assert tag in ci_images, f"{tag} is not in the CI selection any more: update EXPECTED with the images CI builds"
+    config = docker_client.api.inspect_image(tag)["Config"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    want = EXPECTED[name]
+    wrong = {k: (env.get(k), v) for k, v in want["env"].items() if env.get(k) != v}
+    assert not wrong, f"(have, want): {wrong}"
+    assert not [k for k in want["absent"] if k in env]
+    labels = config["Labels"]
+    wrong = {k: (labels.get(k), v) for k, v in want["labels"].items() if labels.get(k) != v}
+    assert not wrong, f"(have, want): {wrong}"
