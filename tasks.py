@@ -10,8 +10,9 @@ from invoke import Exit, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from ascend_images import cli
+from ascend_images import cli, workflow
 from ascend_images.errors import AscendImagesError
+from ascend_images.lint import lint as lint_all
 
 SELECTION_HELP = {
     "device": "a2, a3 or both (comma-separated); default: both",
@@ -162,8 +163,9 @@ def os_image(c, os="debian12", arch="aarch64", mirror=None, matrix="matrix.yaml"
 
 @task(help={"matrix": SELECTION_HELP["matrix"], "work_dir": INPUT_HELP["work_dir"]})
 def lint(c, matrix="matrix.yaml", work_dir="build"):
-    """ruff, and hadolint on every rendered Dockerfile of every release."""
-    code = _run(cli.lint, cli.Selection(matrix), print, Path(work_dir))
+    """ruff; hadolint on every rendered Dockerfile of every release; the committed rendered/ Dockerfiles; actionlint
+    and zizmor on the workflow."""
+    code = _run(lint_all, cli.Selection(matrix), print, Path(work_dir))
     if code:
         raise Exit(code=code)
 
@@ -252,7 +254,7 @@ def ci_matrix(c, matrix="matrix.yaml", lists=False):
     """The selection CI publishes, as the JSON a GitHub Actions strategy.matrix takes."""
     import json
 
-    print(json.dumps(_run(cli.ci_matrix, cli.Selection(matrix), lists)))
+    print(json.dumps(_run(workflow.ci_matrix, cli.Selection(matrix), lists)))
 
 
 @task(name="published-refs", help={"report": "a publish report (repeatable)"}, iterable=["report"])
@@ -280,7 +282,7 @@ def outdated(c, matrix="matrix.yaml", index_url="https://pypi.org/simple", packa
       iterable=["report"])
 def npu_gate(c, report=None, runs="build/npu/runs.tsv"):
     """Fail unless NPU tests really ran and passed in every pushed aarch64 image (never pass empty)."""
-    print(_run(cli.npu_gate, [Path(p) for p in report or []], Path(runs)))
+    print(_run(workflow.npu_gate, [Path(p) for p in report or []], Path(runs)))
 
 
 @task(help={"release": "release name(s), comma-separated; default: every release with a backend",

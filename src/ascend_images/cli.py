@@ -3,88 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from .envs import effective_env
 from .errors import AscendImagesError, SelectionError
-from .fetch import default_cache, recorded_checksums
-from .lockfile import LockError, LockSpec, check_lock, load_lock, lock_specs, locks_dir, parse_lock
-from .matrix import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides, select
+from .flags import InputFlags, LockFlags, RunFlags, Selection, SourceFlags
+from .imagetests import ImageTestResult, run_image_suite
+from .lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
+from .matrix import Variant, all_variants, choices, load_matrix, parse_env_overrides
 from .names import DEFAULT_NAMESPACE, TEST_DOUBLE_LABEL, image_tag, label
 from .plan import BuildPlan, PlanOptions, make_plan
 from .render import Renderer
 from .rules import RULES, enforce, evaluate
-from .sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
+from .sources import parse_checksums
 
 Out = Callable[[str], None]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Selection:
-    """The selection flags every task takes."""
-
-    matrix: str = "matrix.yaml"
-    device: str | None = None
-    backend: str | None = None
-    release: str | None = None
-    os: str | None = None
-    arch: str | None = None
-    python: str | None = None
-    profile: str | None = None
-    env: list[str] = field(default_factory=list)
-    allocator: str | None = None
-
-    def load(self) -> Matrix:
-        return load_matrix(self.matrix)
-
-    def variants(self, matrix: Matrix | None = None) -> list[Variant]:
-        matrix = matrix or self.load()
-        return select(matrix, device=self.device, backend=self.backend, release=self.release, os=self.os,
-                      arch=self.arch, python=self.python, profile=self.profile,
-                      env=parse_env_overrides(self.env), allocator=self.allocator)
-
-
-@dataclass
-class SourceFlags:
-    cann_source: str | None = None
-    cann_dir: str | None = None
-    cann_image: str | None = None
-    checksums: str | None = None
-    artifacts_dir: str | None = None
-    torch_index_url: str | None = None
-    cache_dir: str | None = None  # what `invoke fetch` downloaded; default ~/.cache/ascend-images/downloads
-
-    @property
-    def cann_kind(self) -> str:
-        return "local" if self.cann_dir and not self.cann_source else (self.cann_source or "")
-
-    def cache(self) -> Path:
-        return Path(self.cache_dir) if self.cache_dir else default_cache()
-
-    def known_checksums(self, matrix: Matrix) -> dict[str, str]:
-        """Recorded on first use beside matrix.yaml, overridden by --checksums."""
-        given = parse_checksums(Path(self.checksums)) if self.checksums else {}
-        return {**recorded_checksums(matrix), **given}
-
-    def sources(self, matrix: Matrix, *, strict: bool = True) -> Sources:
-        kind = self.cann_kind or matrix.spec.defaults.cann_source
-        if kind not in ("image", "url", "local"):
-            raise SelectionError(f"--cann-source {kind!r}: valid: image, url, local")
-        checksums = self.known_checksums(matrix)
-        cache = self.cache() if self.cache().is_dir() else None
-        cann = CannSource(kind, Path(self.cann_dir) if self.cann_dir else None, checksums, self.cann_image,
-                          strict=strict, cache=cache)  # type: ignore[arg-type]
-        artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict,
-                                   cache)
-        return Sources(cann, artifacts, self.torch_index_url)
 
 
 def check_rules(variants: list[Variant], out: Out) -> None:
@@ -210,101 +148,7 @@ def base_images(variants: Iterable[Variant], explicit: str | None,
     return out
 
 
-# --- invoke lint -----------------------------------------------------------------------------------
-def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
-    status = 0
-    if ruff:
-        out("ruff check src tests tasks.py")
-        status |= subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
-                                 cwd=PROJECT_ROOT).returncode
-    matrix = sel.load()
-    variants = all_variants(matrix)
-    sources = SourceFlags().sources(matrix, strict=False)
-    renderer = Renderer()
-    target = work_dir / "lint"
-    if target.exists():
-        shutil.rmtree(target)
-    dockerfiles = []
-    for kind in ("url", "image"):
-        cann = CannSource(kind, strict=False)  # type: ignore[arg-type]
-        # official CANN images exist only for some OSes
-        chosen = [v for v in variants if kind != "image" or v.os_spec.official_cann_os]
-        plan = make_plan(chosen, PlanOptions(cann))
-        for stage in plan.stages:
-            ctx, files = renderer.context(stage, Sources(cann, sources.artifacts))
-            dockerfiles.append(renderer.write(stage, target / kind, ctx, files) / "Dockerfile")
-    hadolint = shutil.which("hadolint")
-    if hadolint is None:
-        raise AscendImagesError("hadolint is not installed: pip install -e '.[lint]'")
-    out(f"hadolint --failure-threshold error on {len(dockerfiles)} rendered Dockerfiles "
-        f"({len(variants)} variants, CANN sources url and image)")
-    result = subprocess.run([hadolint, "--failure-threshold", "error", "--no-color", *map(str, dockerfiles)],
-                            capture_output=True, text=True)
-    findings = [line for line in result.stdout.splitlines() if line.strip()]
-    errors = [line for line in findings if " error:" in line]
-    for line in errors:
-        out(line)
-    out(f"hadolint: {len(errors)} errors, {len(findings) - len(errors)} warnings/infos")
-    status |= result.returncode
-    status |= lint_workflows(out)
-    return status
-
-
-WORKFLOWS = PROJECT_ROOT / ".github" / "workflows"
-
-
-def lint_workflows(out: Out) -> int:
-    """actionlint (with shellcheck on run: scripts) and zizmor's offline security audits, medium and up."""
-    status = 0
-    workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
-    for tool, args in (("actionlint", ["-no-color", *workflows]),
-                       ("zizmor", ["--offline", "--min-severity", "medium", "--format", "plain", *workflows])):
-        binary = shutil.which(tool)
-        if binary is None:
-            raise AscendImagesError(f"{tool} is not installed: pip install -e '.[lint]'")
-        result = subprocess.run([binary, *args], capture_output=True, text=True, cwd=PROJECT_ROOT)
-        out(f"{tool}: {'clean' if result.returncode == 0 else 'FINDINGS'}")
-        if result.returncode:
-            out((result.stdout + result.stderr).strip())
-        status |= result.returncode
-    return status
-
-
-def env_flag(name: str) -> str | None:
-    value = os.environ.get(name)
-    return value or None
-
-
 # --- invoke build / os-image -----------------------------------------------------------------------
-@dataclass
-class InputFlags:
-    os_mirror: str | None = None
-    pip_index_url: str | None = None
-    pip_extra_index_url: list[str] = field(default_factory=list)
-    pip_trusted_host: list[str] = field(default_factory=list)
-    offline: bool = False
-    wheelhouse: str | None = None
-    ca_bundle: str | None = None
-    netrc: str | None = None
-
-    def inputs(self) -> BuildInputs:
-        # credentials are better kept off the command line: the environment is read too
-        index = self.pip_index_url or env_flag("ASCEND_IMAGES_PIP_INDEX_URL") or ""
-        extra = list(self.pip_extra_index_url)
-        if env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL"):
-            extra += env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL").split()  # type: ignore[union-attr]
-        return BuildInputs(
-            os_mirror=self.os_mirror or "",
-            pip_index_url=index,
-            pip_extra_index_urls=tuple(extra),
-            pip_trusted_hosts=tuple(self.pip_trusted_host),
-            pip_offline=self.offline,
-            wheelhouse=Path(self.wheelhouse) if self.wheelhouse else None,
-            ca_bundle=Path(self.ca_bundle) if self.ca_bundle else None,
-            netrc=Path(self.netrc) if self.netrc else None,
-        )
-
-
 def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None) -> list:
     """`invoke fetch`: every download the selection needs, into the cache (CANN too, unless it comes from
     --cann-dir or an image)."""
@@ -384,53 +228,6 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
 
 
 # --- invoke test -----------------------------------------------------------------------------------
-@dataclass
-class ImageTestResult:
-    image: str
-    passed: int
-    failed: list[str]
-    skipped: int
-    junit: Path
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and self.passed > 0
-
-
-def run_image_suite(image: str, work_dir: Path, extra: Iterable[str] = ()) -> ImageTestResult:
-    """tests/image against one image, in a pytest subprocess; the JUnit report names every failure."""
-    import xml.etree.ElementTree as ET
-
-    junit = work_dir / "image-tests" / f"{image.replace('/', '_').replace(':', '__')}.xml"
-    junit.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pytest", str(PROJECT_ROOT / "tests" / "image"), "--image", image, "-q",
-                    "-p", "no:cacheprovider", f"--junitxml={junit}", *extra], cwd=PROJECT_ROOT)
-    passed, skipped, failed = 0, 0, []
-    image_id = image.rsplit(":", 1)[-1]
-
-    def check_name(name: str) -> str:
-        # test_x[<image id>] -> test_x; test_x[<image id>-<param>] -> test_x[<param>]
-        base, _, param = name.partition("[")
-        param = param.removesuffix("]")
-        if param == image_id:
-            return base
-        if param.startswith(image_id + "-"):
-            return f"{base}[{param[len(image_id) + 1:]}]"
-        return name
-
-    if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            if case.find("failure") is not None or case.find("error") is not None:
-                failed.append(check_name(case.get("name", "?")))
-            elif case.find("skipped") is not None:
-                skipped += 1
-            else:
-                passed += 1
-    else:
-        failed.append("(pytest wrote no report)")
-    return ImageTestResult(image, passed, failed, skipped, junit)
-
-
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
                 work_dir: Path = Path("build"), namespace: str = "ascend-images") -> list[ImageTestResult]:
     if not images:
@@ -449,18 +246,6 @@ def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
 
 
 # --- invoke run ------------------------------------------------------------------------------------
-@dataclass
-class RunFlags:
-    devices: str = "0"
-    mode: str = "manual"
-    host_root: str = "/"
-    driver_mounts: str = "auto"
-    shm_size: str = "16g"
-    ipc_host: bool = False
-    network_host: bool = False
-    name: str | None = None
-
-
 def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, command: list[str],
               print_only: bool = False, namespace: str = "ascend-images") -> int:
     from .engine import connect, image_exists
@@ -564,44 +349,6 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
     return report
 
 
-RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
-
-
-def ci_matrix(sel: Selection, lists: bool = False) -> dict:
-    """The publish selection of matrix.yaml as a GitHub Actions strategy.matrix: one job per variant and
-    arch, or with `lists` one per manifest list (the merge jobs). A backend entry must have a fresh lock
-    for each of its arches, so CI never starts a build that is bound to fail on a missing lock."""
-    matrix = sel.load()
-    include = []
-    for entry in matrix.spec.ci.publish:
-        base = {"device": entry.device, "backend": entry.backend, "release": entry.release, "os": entry.os}
-        name = f"{entry.release}-{entry.device}-{entry.backend}-{entry.os}"
-        for arch in entry.arches:
-            (variant,) = select(matrix, arch=arch, **base)
-            if variant.backend != "none":
-                load_lock(variant)
-            if not lists:
-                include.append({**base, "arch": arch, "runner": RUNNERS[arch], "name": f"{name}-{arch}"})
-        if lists:
-            include.append({**base, "arches": ",".join(entry.arches), "name": name})
-    return {"include": include}
-
-
-def npu_gate(reports: list[Path], runs: Path) -> str:
-    """The NPU job's gate: the aarch64 refs the build jobs pushed, and the JUnit file of each run."""
-    from .npugate import check_npu_gate
-    from .publish import report_refs
-
-    refs = [r for r in report_refs(reports) if "-arm64@" in r] if reports else []
-    ran: dict[str, Path] = {}
-    if runs.is_file():
-        for line in runs.read_text(encoding="utf-8").splitlines():
-            if "\t" in line:
-                ref, junit = line.split("\t", 1)
-                ran[ref] = Path(junit)
-    return check_npu_gate(refs, ran)
-
-
 # --- invoke outdated ------------------------------------------------------------------------------
 def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[str] | None = None,
                   pre: bool = False, limit: int = 5, as_json: bool = False) -> list:
@@ -655,16 +402,6 @@ def diff_images(a: str, b: str, out: Out) -> int:
 
 
 # --- invoke lock -----------------------------------------------------------------------------------
-@dataclass
-class LockFlags:
-    release: str | None = None
-    backend: str | None = None  # default: every backend that installs from a lock
-    arch: str | None = None  # default: every arch of the matrix
-    index_url: str = ""
-    torch_index_url: str | None = None
-    extra_index_urls: list[str] = field(default_factory=list)
-
-
 def lock_selection(sel: Selection, flags: LockFlags) -> list[LockSpec]:
     matrix = sel.load()
     variants = all_variants(matrix)

@@ -8,11 +8,11 @@ test, a report is missing, or an image had no test that passed.
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import AscendImagesError
+from .junit import cases
 
 
 class NpuGateError(AscendImagesError):
@@ -27,16 +27,8 @@ class RunCounts:
 
 
 def junit_counts(path: Path) -> RunCounts:
-    root = ET.parse(path).getroot()
-    passed = failed = skipped = 0
-    for case in root.iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed += 1
-        elif case.find("skipped") is not None:
-            skipped += 1
-        else:
-            passed += 1
-    return RunCounts(passed, failed, skipped)
+    outcomes = [outcome for _, outcome in cases(path)]
+    return RunCounts(outcomes.count("passed"), outcomes.count("failed"), outcomes.count("skipped"))
 
 
 def check_npu_gate(refs: list[str], reports: dict[str, Path]) -> str:

@@ -39,6 +39,7 @@ class ArchSpec(Strict):
     docker_platform: str
     debian_arch: str
     gnu_triplet: str
+    github_runner: str
     torch_local_version: str
     torch_index_url: str
     source: str

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from ascend_images.cli import run_image_suite
+from ascend_images.imagetests import run_image_suite
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

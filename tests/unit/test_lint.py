@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from ascend_images import cli
+from ascend_images.flags import Selection, env_flag
+from ascend_images.lint import lint
 
 from .helpers import ROOT
 
@@ -17,10 +18,10 @@ def test_ruff_clean():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.skipif(shutil.which("hadolint") is None and not cli.env_flag("CI"), reason="hadolint not installed")
+@pytest.mark.skipif(shutil.which("hadolint") is None and not env_flag("CI"), reason="hadolint not installed")
 def test_hadolint_has_no_error_on_any_rendered_dockerfile(tmp_path):
     lines: list[str] = []
-    status = cli.lint(cli.Selection(str(ROOT / "matrix.yaml")), lines.append, tmp_path, ruff=False)
+    status = lint(Selection(str(ROOT / "matrix.yaml")), lines.append, tmp_path, ruff=False)
     summary = next(line for line in lines if line.startswith("hadolint:"))
     assert status == 0, "\n".join(lines)
     assert summary.startswith("hadolint: 0 errors")

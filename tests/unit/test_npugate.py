@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images import cli
 from ascend_images.npugate import NpuGateError, check_npu_gate
+from ascend_images.workflow import npu_gate
 
 REF = "ghcr.io/o/vllm-ascend:0.13.0-cann8.5.0-a3-debian12-py3.11-arm64@sha256:" + "a" * 64
 
@@ -49,7 +49,7 @@ def test_task_reads_publish_reports_and_runs(tmp_path):
     report.write_text(json.dumps({"tags": {tag: digest, tag.replace("-arm64", "-amd64"): "sha256:" + "b" * 64}}))
     runs = tmp_path / "runs.tsv"
     runs.write_text(f"{REF}\t{junit(tmp_path, '1.xml', ['pass'])}\n")
-    assert "1 passed" in cli.npu_gate([report], runs)  # the amd64 ref is not an NPU target
+    assert "1 passed" in npu_gate([report], runs)  # the amd64 ref is not an NPU target
     runs.write_text("")
     with pytest.raises(NpuGateError, match="no test report"):
-        cli.npu_gate([report], runs)
+        npu_gate([report], runs)

@@ -94,11 +94,12 @@ def test_manifest_list_references_children_by_digest():
 
 
 def test_ci_matrix_is_a_strategy_matrix():
-    from ascend_images import cli
+    from ascend_images.flags import Selection
+    from ascend_images.workflow import ci_matrix
 
     from .helpers import ROOT
 
-    out = cli.ci_matrix(cli.Selection(str(ROOT / "matrix.yaml")))
+    out = ci_matrix(Selection(str(ROOT / "matrix.yaml")))
     assert out["include"] and all({"device", "backend", "release", "os", "arch", "runner"} <= set(e)
                                   for e in out["include"])
     assert {e["runner"] for e in out["include"]} == {"ubuntu-24.04", "ubuntu-24.04-arm"}

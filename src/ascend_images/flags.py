@@ -1,0 +1,129 @@
+"""The flags tasks take, grouped as they travel together: what to build (Selection), where its inputs come from
+(SourceFlags), how the build reaches indexes and mirrors (InputFlags), and the run and lock options."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SelectionError
+from .fetch import default_cache, recorded_checksums
+from .matrix import Matrix, Variant, load_matrix, parse_env_overrides, select
+from .sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
+
+
+@dataclass
+class Selection:
+    """The selection flags every task takes."""
+
+    matrix: str = "matrix.yaml"
+    device: str | None = None
+    backend: str | None = None
+    release: str | None = None
+    os: str | None = None
+    arch: str | None = None
+    python: str | None = None
+    profile: str | None = None
+    env: list[str] = field(default_factory=list)
+    allocator: str | None = None
+
+    def load(self) -> Matrix:
+        return load_matrix(self.matrix)
+
+    def variants(self, matrix: Matrix | None = None) -> list[Variant]:
+        matrix = matrix or self.load()
+        return select(matrix, device=self.device, backend=self.backend, release=self.release, os=self.os,
+                      arch=self.arch, python=self.python, profile=self.profile,
+                      env=parse_env_overrides(self.env), allocator=self.allocator)
+
+
+@dataclass
+class SourceFlags:
+    cann_source: str | None = None
+    cann_dir: str | None = None
+    cann_image: str | None = None
+    checksums: str | None = None
+    artifacts_dir: str | None = None
+    torch_index_url: str | None = None
+    cache_dir: str | None = None  # what `invoke fetch` downloaded; default ~/.cache/ascend-images/downloads
+
+    @property
+    def cann_kind(self) -> str:
+        return "local" if self.cann_dir and not self.cann_source else (self.cann_source or "")
+
+    def cache(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else default_cache()
+
+    def known_checksums(self, matrix: Matrix) -> dict[str, str]:
+        """Recorded on first use beside matrix.yaml, overridden by --checksums."""
+        given = parse_checksums(Path(self.checksums)) if self.checksums else {}
+        return {**recorded_checksums(matrix), **given}
+
+    def sources(self, matrix: Matrix, *, strict: bool = True) -> Sources:
+        kind = self.cann_kind or matrix.spec.defaults.cann_source
+        if kind not in ("image", "url", "local"):
+            raise SelectionError(f"--cann-source {kind!r}: valid: image, url, local")
+        checksums = self.known_checksums(matrix)
+        cache = self.cache() if self.cache().is_dir() else None
+        cann = CannSource(kind, Path(self.cann_dir) if self.cann_dir else None, checksums, self.cann_image,
+                          strict=strict, cache=cache)  # type: ignore[arg-type]
+        artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict,
+                                   cache)
+        return Sources(cann, artifacts, self.torch_index_url)
+
+
+def env_flag(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value or None
+
+
+@dataclass
+class InputFlags:
+    os_mirror: str | None = None
+    pip_index_url: str | None = None
+    pip_extra_index_url: list[str] = field(default_factory=list)
+    pip_trusted_host: list[str] = field(default_factory=list)
+    offline: bool = False
+    wheelhouse: str | None = None
+    ca_bundle: str | None = None
+    netrc: str | None = None
+
+    def inputs(self) -> BuildInputs:
+        # credentials are better kept off the command line: the environment is read too
+        index = self.pip_index_url or env_flag("ASCEND_IMAGES_PIP_INDEX_URL") or ""
+        extra = list(self.pip_extra_index_url)
+        if env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL"):
+            extra += env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL").split()  # type: ignore[union-attr]
+        return BuildInputs(
+            os_mirror=self.os_mirror or "",
+            pip_index_url=index,
+            pip_extra_index_urls=tuple(extra),
+            pip_trusted_hosts=tuple(self.pip_trusted_host),
+            pip_offline=self.offline,
+            wheelhouse=Path(self.wheelhouse) if self.wheelhouse else None,
+            ca_bundle=Path(self.ca_bundle) if self.ca_bundle else None,
+            netrc=Path(self.netrc) if self.netrc else None,
+        )
+
+
+@dataclass
+class RunFlags:
+    devices: str = "0"
+    mode: str = "manual"
+    host_root: str = "/"
+    driver_mounts: str = "auto"
+    shm_size: str = "16g"
+    ipc_host: bool = False
+    network_host: bool = False
+    name: str | None = None
+
+
+@dataclass
+class LockFlags:
+    release: str | None = None
+    backend: str | None = None  # default: every backend that installs from a lock
+    arch: str | None = None  # default: every arch of the matrix
+    index_url: str = ""
+    torch_index_url: str | None = None
+    extra_index_urls: list[str] = field(default_factory=list)

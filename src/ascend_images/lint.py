@@ -1,0 +1,83 @@
+"""`invoke lint`: ruff; hadolint on every Dockerfile the matrix renders (CANN from URLs and from official images);
+the committed rendered/ Dockerfiles against the matrix; actionlint and zizmor on the workflow."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import AscendImagesError
+from .flags import Selection, SourceFlags
+from .matrix import all_variants
+from .plan import PlanOptions, make_plan
+from .render import Renderer
+from .rendered import drift
+from .sources import CannSource, Sources
+
+Out = Callable[[str], None]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
+    status = 0
+    if ruff:
+        out("ruff check src tests tasks.py")
+        status |= subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
+                                 cwd=PROJECT_ROOT).returncode
+    matrix = sel.load()
+    variants = all_variants(matrix)
+    sources = SourceFlags().sources(matrix, strict=False)
+    renderer = Renderer()
+    target = work_dir / "lint"
+    if target.exists():
+        shutil.rmtree(target)
+    dockerfiles = []
+    for kind in ("url", "image"):
+        cann = CannSource(kind, strict=False)  # type: ignore[arg-type]
+        # official CANN images exist only for some OSes
+        chosen = [v for v in variants if kind != "image" or v.os_spec.official_cann_os]
+        plan = make_plan(chosen, PlanOptions(cann))
+        for stage in plan.stages:
+            ctx, files = renderer.context(stage, Sources(cann, sources.artifacts))
+            dockerfiles.append(renderer.write(stage, target / kind, ctx, files) / "Dockerfile")
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        raise AscendImagesError("hadolint is not installed: pip install -e '.[lint]'")
+    out(f"hadolint --failure-threshold error on {len(dockerfiles)} rendered Dockerfiles "
+        f"({len(variants)} variants, CANN sources url and image)")
+    result = subprocess.run([hadolint, "--failure-threshold", "error", "--no-color", *map(str, dockerfiles)],
+                            capture_output=True, text=True)
+    findings = [line for line in result.stdout.splitlines() if line.strip()]
+    errors = [line for line in findings if " error:" in line]
+    for line in errors:
+        out(line)
+    out(f"hadolint: {len(errors)} errors, {len(findings) - len(errors)} warnings/infos")
+    status |= result.returncode
+    result, directory = drift(sel.matrix)
+    out(f"rendered/: {'up to date' if result.clean else result.summary(directory)}")
+    status |= 0 if result.clean else 1
+    status |= lint_workflows(out)
+    return status
+
+
+WORKFLOWS = PROJECT_ROOT / ".github" / "workflows"
+
+
+def lint_workflows(out: Out) -> int:
+    """actionlint (with shellcheck on run: scripts) and zizmor's offline security audits, medium and up."""
+    status = 0
+    workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
+    for tool, args in (("actionlint", ["-no-color", *workflows]),
+                       ("zizmor", ["--offline", "--min-severity", "medium", "--format", "plain", *workflows])):
+        binary = shutil.which(tool)
+        if binary is None:
+            raise AscendImagesError(f"{tool} is not installed: pip install -e '.[lint]'")
+        result = subprocess.run([binary, *args], capture_output=True, text=True, cwd=PROJECT_ROOT)
+        out(f"{tool}: {'clean' if result.returncode == 0 else 'FINDINGS'}")
+        if result.returncode:
+            out((result.stdout + result.stderr).strip())
+        status |= result.returncode
+    return status
