@@ -240,11 +240,9 @@ class Variant:
         """The CANN .run files this variant installs, in install order: toolkit, operators, NNAL."""
         fmt = {"version": self.release.cann, "arch": self.arch}
         ops = self.device_spec.ops_package[self.cann.ops_package]
-        return {
-            "toolkit": "Ascend-cann-toolkit_{version}_linux-{arch}.run".format(**fmt),
-            "ops": ops.format(**fmt),
-            "nnal": "Ascend-cann-nnal_{version}_linux-{arch}.run".format(**fmt),
-        }
+        names = self.matrix.spec.cann.packages
+        return {"toolkit": names["toolkit"].format(**fmt), "ops": ops.format(**fmt),
+                "nnal": names["nnal"].format(**fmt)}
 
     @property
     def name(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import platform
 import shutil
 import subprocess
 import tarfile
@@ -20,9 +21,6 @@ from pathlib import Path
 from .errors import AscendImagesError
 from .matrix import Matrix
 
-DEBOOTSTRAP_SUITES = {"debian12": ("bookworm", "http://deb.debian.org/debian")}
-ARCH_VARIANTS = {"arm64": "v8"}
-
 
 @dataclass(frozen=True)
 class OsImageSpec:
@@ -31,6 +29,7 @@ class OsImageSpec:
     docker_arch: str  # amd64 | arm64
     suite: str
     mirror: str
+    variant: str | None = None  # the platform variant (arm64: v8)
 
     @property
     def tag(self) -> str:
@@ -42,16 +41,19 @@ def local_os_image(os_name: str, docker_arch: str, namespace: str = "ascend-imag
 
 
 def os_image_spec(matrix: Matrix, os_name: str, arch: str, mirror: str | None = None) -> OsImageSpec:
-    if os_name not in DEBOOTSTRAP_SUITES:
+    spec = matrix.spec.os.get(os_name)
+    if spec is None or spec.debootstrap is None:
+        can = [name for name, o in matrix.spec.os.items() if o.debootstrap]
         raise AscendImagesError(
-            f"os-image can debootstrap {', '.join(DEBOOTSTRAP_SUITES)}; for {os_name!r} pull or load "
+            f"os-image can debootstrap {', '.join(can)}; for {os_name!r} pull or load "
             f"{matrix.spec.os[os_name].image if os_name in matrix.spec.os else 'its official image'} "
             "and pass it with --base-image"
         )
     if arch not in matrix.spec.arches:
         raise AscendImagesError(f"unknown arch {arch!r}; valid: {', '.join(matrix.spec.arches)}")
-    suite, default_mirror = DEBOOTSTRAP_SUITES[os_name]
-    return OsImageSpec(os_name, arch, matrix.spec.arches[arch].debian_arch, suite, mirror or default_mirror)
+    arch_spec = matrix.spec.arches[arch]
+    return OsImageSpec(os_name, arch, arch_spec.debian_arch, spec.debootstrap.suite, mirror or spec.debootstrap.mirror,
+                       arch_spec.docker_variant)
 
 
 def _sha256(path: Path) -> str:
@@ -78,8 +80,8 @@ def image_tarball(rootfs: Path, spec: OsImageSpec, workdir: Path) -> Path:
         "history": [{"created_by": f"debootstrap --variant=minbase --arch={spec.docker_arch} "
                                    f"{spec.suite} {spec.mirror}"}],
     }
-    if spec.docker_arch in ARCH_VARIANTS:
-        config["variant"] = ARCH_VARIANTS[spec.docker_arch]
+    if spec.variant:
+        config["variant"] = spec.variant
     config_bytes = json.dumps(config, sort_keys=True).encode()
     config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
     manifest = [{"Config": config_name, "RepoTags": [spec.tag], "Layers": ["layer/layer.tar"]}]
@@ -103,16 +105,10 @@ def debootstrap(spec: OsImageSpec, target: Path, log: Path) -> None:
     if result.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         hint = ""
-        if spec.docker_arch != _host_docker_arch():
+        if spec.arch != platform.machine():  # the matrix's arch names are the kernel's machine names
             hint = ("\n(a foreign arch needs qemu-user-static and binfmt-support, with binfmt_misc "
                     "mounted: apt-get install -y qemu-user-static binfmt-support)")
         raise AscendImagesError(f"debootstrap failed (exit {result.returncode}); log: {log}\n{tail}{hint}")
-
-
-def _host_docker_arch() -> str:
-    import platform
-
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 def make_os_image(client: object, spec: OsImageSpec, log_dir: Path) -> str:

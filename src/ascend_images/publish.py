@@ -81,8 +81,8 @@ def group_variants(variants: list[Variant], namespace: str, target: Target) -> l
         repo = target.repo(repo_name(v))
         group = groups.setdefault((repo, list_tag(v)), VariantRelease(repo, list_tag(v), alias(v)))
         platform = {"architecture": darch, "os": "linux"}
-        if darch == "arm64":
-            platform["variant"] = "v8"
+        if v.arch_spec.docker_variant:
+            platform["variant"] = v.arch_spec.docker_variant
         group.images[darch] = ArchImage(local, local.rpartition(":")[2], platform)
     return list(groups.values())
 

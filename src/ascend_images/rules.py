@@ -16,7 +16,7 @@ from packaging.version import Version
 from .envs import effective_env
 from .errors import RuleError
 from .matrix import Variant
-from .schema import SglangPins, VllmPins
+from .schema import MatrixSpec, SglangPins, VllmPins
 from .versions import ascend, python_version_in, release_of
 
 Severity = Literal["error", "warning"]
@@ -26,9 +26,12 @@ Severity = Literal["error", "warning"]
 class Rule:
     id: str
     severity: Severity
-    statement: str
+    statement: str  # formatted with the matrix (`spec`): a threshold is stated from the data the check reads
     source: str
     check: Callable[[Variant], str | None]
+
+    def stated(self, spec: MatrixSpec) -> str:
+        return self.statement.format(spec=spec, kernel_cann=" and ".join(spec.backends["sglang"].kernel_release_cann))
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,11 @@ class Violation:
     rule: Rule
     variant: str
     detail: str
+    statement: str
 
     def __str__(self) -> str:
         r = self.rule
-        return f"{r.severity} [{r.id}] {self.variant}: {self.detail} (rule: {r.statement}; source: {r.source})"
+        return f"{r.severity} [{r.id}] {self.variant}: {self.detail} (rule: {self.statement}; source: {r.source})"
 
 
 def _torch_npu_exact_torch(v: Variant) -> str | None:
@@ -171,9 +175,10 @@ def _sglang_kernel_cann(v: Variant) -> str | None:
     pins = _sglang_pins(v)
     if pins is None or pins.sgl_kernel_npu.from_ != "release":
         return None
-    if v.cann_version < ascend("8.3.RC2"):
+    covered = v.matrix.spec.backends["sglang"].kernel_release_cann
+    if covered and v.cann_version < min(ascend(c) for c in covered):
         return (
-            f"sgl-kernel-npu {pins.sgl_kernel_npu.tag} release zips cover CANN 8.3.RC2 and 8.5.0; "
+            f"sgl-kernel-npu {pins.sgl_kernel_npu.tag} release zips cover CANN {' and '.join(covered)}; "
             f"CANN {v.cann_version} needs `from: source`"
         )
     return None
@@ -187,13 +192,17 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm-ascend-needs-vllm", "error", "vllm-ascend vA.B.C requires vllm A.B.C (known exceptions listed)",
          "VA", _vllm_ascend_needs_vllm),
     Rule("vllm-ascend-python", "error", "vllm-ascend supports only its Python range", "VA", _vllm_ascend_python),
-    Rule("vllm-ascend-a3", "error", "A3 support starts at vllm-ascend 0.10.0rc1", "VA", _vllm_ascend_a3),
-    Rule("sglang-python", "error", "SGLang on NPU needs Python 3.11 exactly", "SG; ref002", _sglang_python),
-    Rule("sglang-min-cann", "error", "SGLang on NPU needs CANN >= 8.3.RC1", "ref002", _sglang_min_cann),
-    Rule("sglang-min-version", "error", "SGLang supports NPUs from v0.5.6", "SG", _sglang_min_version),
+    Rule("vllm-ascend-a3", "error", "A3 support starts at vllm-ascend {spec.backends[vllm].min_a3}",
+         "VA", _vllm_ascend_a3),
+    Rule("sglang-python", "error", "SGLang on NPU needs Python {spec.backends[sglang].python}",
+         "SG; ref002", _sglang_python),
+    Rule("sglang-min-cann", "error", "SGLang on NPU needs CANN >= {spec.backends[sglang].min_cann}",
+         "ref002", _sglang_min_cann),
+    Rule("sglang-min-version", "error", "SGLang supports NPUs from v{spec.backends[sglang].min_version}",
+         "SG", _sglang_min_version),
     Rule("hdk-floor-from-cann", "error", "the HDK floor is at least the driver CANN was released with", "MF",
          _hdk_floor),
-    Rule("sgl-kernel-npu-coverage", "error", "sgl-kernel-npu release zips exist for CANN 8.3.RC2 and 8.5.0",
+    Rule("sgl-kernel-npu-coverage", "error", "sgl-kernel-npu release zips exist for CANN {kernel_cann}",
          "SG", _sglang_kernel_cann),
     Rule("torch-npu-cann-pair", "warning", "torch_npu is released for one CANN version", "PT", _torch_npu_cann),
     Rule("task-queue-graph-mode", "warning", "TASK_QUEUE_ENABLE=2 conflicts with graph mode",
@@ -212,7 +221,7 @@ def evaluate(variants: Iterable[Variant], rules: Iterable[Rule] = RULES) -> list
         for rule in rules:
             detail = rule.check(v)
             if detail:
-                out.append(Violation(rule, v.name, detail))
+                out.append(Violation(rule, v.name, detail, rule.stated(v.matrix.spec)))
     return out
 
 

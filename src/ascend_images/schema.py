@@ -40,13 +40,20 @@ class ArchSpec(Strict):
     debian_arch: str
     gnu_triplet: str
     github_runner: str
+    docker_variant: str | None = None
     torch_local_version: str
     torch_index_url: str
     source: str
 
 
+class DebootstrapSpec(Strict):
+    suite: str
+    mirror: str
+
+
 class OsSpec(Strict):
     family: Literal["apt", "dnf"]
+    debootstrap: DebootstrapSpec | None = None
     image: str
     python_packages: list[str]
     # headers for building C extensions against the system Python (locked sdists without a wheel)
@@ -87,6 +94,7 @@ class CannReleaseSpec(Strict):
 class CannSpec(Strict):
     download_url: str
     download_referer: str
+    packages: dict[Literal["toolkit", "nnal"], str]
     python_deps: list[str]
     releases: dict[str, CannReleaseSpec]
 
@@ -132,6 +140,7 @@ class BackendSpec(Strict):
     python: str | dict[str, str] | None = None
     min_version: str | None = None
     min_cann: str | None = None
+    kernel_release_cann: list[str] = Field(default_factory=list)
     source: str
 
 

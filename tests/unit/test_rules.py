@@ -110,3 +110,17 @@ def test_enforce_raises_on_errors_and_reports_warnings(tmp_path):
     found = enforce([warned], warn=warnings.append)
     assert [v.rule.id for v in found] == ["torch-npu-cann-pair"]
     assert any("warning [torch-npu-cann-pair]" in w for w in warnings)
+
+
+def test_rule_statements_are_stated_from_the_matrix(tmp_path):
+    """A threshold the matrix holds is stated from it, never restated in prose beside the data."""
+    from ascend_images.matrix import load_matrix
+
+    from .helpers import mutated_matrix
+
+    spec = load_matrix(mutated_matrix(tmp_path, lambda d: d["backends"]["sglang"].update(
+        min_cann="8.5.0", kernel_release_cann=["8.5.0", "9.0.0"]))).spec
+    assert RULES_BY_ID["sglang-min-cann"].stated(spec) == "SGLang on NPU needs CANN >= 8.5.0"
+    assert RULES_BY_ID["sgl-kernel-npu-coverage"].stated(spec) == \
+        "sgl-kernel-npu release zips exist for CANN 8.5.0 and 9.0.0"
+    assert RULES_BY_ID["vllm-ascend-a3"].stated(spec) == "A3 support starts at vllm-ascend 0.10.0rc1"
