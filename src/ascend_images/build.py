@@ -30,6 +30,7 @@ from .plan import BuildPlan, Stage
 from .progress import StageProgress, fmt_seconds, printer
 from .render import Renderer
 from .sources import BuildInputs, Sources
+from .stagekinds import KINDS
 
 KEY_VERSION = "ascend-images-content-key-v1"
 
@@ -163,7 +164,7 @@ class Builder:
         # the same content under another tag: claim both, wait for the holder, then reuse what it built.
         with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
             captured = None
-            if stage.kind == "cann":
+            if KINDS[stage.kind].captures_env:
                 captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
             ctx, files = self.renderer.context(stage, self.settings.sources, captured)
             context = self.renderer.write(stage, self.context_dir, ctx, files)

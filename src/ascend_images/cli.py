@@ -20,6 +20,7 @@ from .plan import BuildPlan, PlanOptions, make_plan
 from .render import Renderer
 from .rules import RULES, enforce, evaluate
 from .sources import parse_checksums
+from .stagekinds import KINDS
 
 Out = Callable[[str], None]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -200,7 +201,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     # stale lock fails in seconds, not after an hour of CANN and torch
     renderer = Renderer()
     for stage in plan.stages:
-        if stage.kind != "cann":  # its context needs the env captured from the built cann-install image
+        if not KINDS[stage.kind].captures_env:  # needs the env captured from its built parent image
             renderer.context(stage, sources)
     out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
     for stage in plan.stages:

@@ -63,6 +63,8 @@ def _tag_body(kind: str, v: Variant, arch: bool = True) -> str:
 
 
 def stage_tag(kind: str, v: Variant, namespace: str) -> str:
+    if kind == "overlay":
+        return f"{stage_tag(top_kind(v), v, namespace)}-{overlay_suffix(v)}"
     if kind not in ("base", "cann-install", "cann", "torch", "vllm", "sglang"):
         raise ValueError(f"unknown stage kind {kind!r}")
     return f"{namespace}/{_repo(kind)}:{_tag_body(kind, v)}"
@@ -88,8 +90,7 @@ def top_kind(v: Variant) -> str:
 
 def image_tag(v: Variant, namespace: str = DEFAULT_NAMESPACE) -> str:
     """A variant's image, known without a plan or an engine."""
-    suffix = overlay_suffix(v)
-    return stage_tag(top_kind(v), v, namespace) + (f"-{suffix}" if suffix else "")
+    return stage_tag("overlay" if overlay_suffix(v) else top_kind(v), v, namespace)
 
 
 def list_tag(v: Variant) -> str:

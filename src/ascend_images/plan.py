@@ -1,9 +1,7 @@
 """A selection of variants becomes one plan: a list of stages, parents first, each built once.
 
-Stage chain per variant:  base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
-- `cann` is the `cann-install` image plus ENV captured from sourcing its env scripts.
-- `overlay` exists only for a non-default profile, allocator or user --env: a thin image, so that
-  `--profile debug` never rebuilds CANN or torch (an allocator adds its OS package, nothing else).
+Which stages a variant has, and in what order, is stagekinds' table (KINDS, CHAIN):
+    base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
 """
 
 from __future__ import annotations
@@ -11,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .matrix import Variant
-from .names import DEFAULT_NAMESPACE, overlay_suffix, stage_tag, top_kind
+from .names import DEFAULT_NAMESPACE, stage_tag
 from .sources import CannSource
+from .stagekinds import CHAIN, KINDS
 
 
 @dataclass(frozen=True)
@@ -79,21 +78,18 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
         return stage
 
     ns = options.namespace
+    from_image = options.cann_source.kind == "image"
     for v in variants:
-        if options.cann_source.kind == "image":
-            install = add("cann-install", stage_tag("cann-install", v, ns), v, None,
-                          options.cann_source.official_image(v))
-        else:
-            base_image = options.base_images.get((v.os, v.arch), v.os_spec.image)
-            base = add("base", stage_tag("base", v, ns), v, None, base_image)
-            install = add("cann-install", stage_tag("cann-install", v, ns), v, base)
-        cann = add("cann", stage_tag("cann", v, ns), v, install)
-        top = add("torch", stage_tag("torch", v, ns), v, cann)
-        if top_kind(v) != "torch":
-            top = add(v.backend, stage_tag(v.backend, v, ns), v, top)
-        suffix = overlay_suffix(v)
-        if suffix:
-            top = add("overlay", f"{top.tag}-{suffix}", v, top)
-        tops[v] = top
+        parent: Stage | None = None
+        for kind in CHAIN:
+            if (kind == "base" and from_image) or not KINDS[kind].applies(v):
+                continue  # FROM an official CANN image there is no base stage
+            external = None
+            if parent is None:
+                external = (options.cann_source.official_image(v) if from_image
+                            else options.base_images.get((v.os, v.arch), v.os_spec.image))
+            parent = add(kind, stage_tag(kind, v, ns), v, parent, external)
+        assert parent is not None
+        tops[v] = parent
     # dict order is insertion order, and a parent is always added before its children
     return BuildPlan(list(stages.values()), tops, options)

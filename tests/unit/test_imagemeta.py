@@ -23,8 +23,8 @@ def test_an_env_overlay_names_its_values_and_comes_back_as_its_variant():
     from ascend_images.imagemeta import variant_from_labels
     from ascend_images.matrix import load_matrix, select
     from ascend_images.plan import PlanOptions, make_plan
-    from ascend_images.render import stage_labels
     from ascend_images.sources import CannSource
+    from ascend_images.stagekinds import stage_labels
     from tests.conftest import ROOT
 
     matrix = load_matrix(ROOT / "matrix.yaml")
