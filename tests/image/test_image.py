@@ -202,9 +202,14 @@ print(json.dumps(out))
 """
 
 
+# importing SGLang warms up torch inductor's pool of compile workers: two more Pythons importing torch, which
+# under emulation costs minutes and checks nothing here
+NO_COMPILE_POOL = "env TORCHINDUCTOR_COMPILE_THREADS=1"
+
+
 @pytest.fixture(scope="module")
 def python_stack(host, variant) -> dict:
-    result = host.run(f"python -c {shlex.quote(STACK_PROBE)} {variant.backend}")
+    result = host.run(f"{NO_COMPILE_POOL} python -c {shlex.quote(STACK_PROBE)} {variant.backend}")
     assert result.rc == 0, f"exit {result.rc}\n{result.stdout}\n{result.stderr[-3000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -233,7 +238,7 @@ def test_backend_loads(host, variant, python_stack):
         no_npu = "torch_npu detected, but NPU device is not available"
         assert entry_point.startswith("sglang.") and loaded == "sgl_kernel_npu"
         assert no_npu in third, third
-        result = host.run("python -m sglang.launch_server --help")
+        result = host.run(f"{NO_COMPILE_POOL} python -m sglang.launch_server --help")
         raised = re.findall(r"^(\w+(?:Error|Exception)): (.*)$", result.stderr, flags=re.MULTILINE)
         assert result.rc != 0 and raised, result.stderr[-3000:]
         assert raised[-1][0] == "RuntimeError" and no_npu in raised[-1][1], result.stderr[-3000:]
