@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import IN_CI, ROOT, X86_RELEASE
+from tests.fixtures.signals import default_sigint
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -43,7 +44,7 @@ def build_args(matrix, cann, wheelhouse, ca, work_dir, namespace, device: str, *
 
 def start(args: list[str], log) -> subprocess.Popen:
     return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 
 from ascend_images.run import RunSpec, check_host, run_container
 from tests.conftest import ROOT
+from tests.fixtures.signals import default_sigint
 from tests.unit.test_run import make_host, needs_root
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, needs_root]
@@ -103,7 +104,8 @@ def test_ctrl_c_stops_the_container(docker_client, a3_image, tmp_path):
     name = f"ascend-images-test-run-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(invoke_run("--image", a3_image, "--devices", "0", "--host-root", str(root), "--name",
                                        name, "--shm-size", "64m", "--", "sh", "-c", "echo started; exec sleep 300"),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=default_sigint)
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "started" not in proc.stdout.readline():
