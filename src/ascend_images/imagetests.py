@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .junit import cases
@@ -21,6 +21,7 @@ class ImageTestResult:
     failed: list[str]
     skipped: int
     junit: Path
+    ran: list[str] = field(default_factory=list)  # every check that passed or failed, by name
 
     @property
     def ok(self) -> bool:
@@ -33,7 +34,7 @@ def run_image_suite(image: str, work_dir: Path, extra: Iterable[str] = ()) -> Im
     junit.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "pytest", str(PROJECT_ROOT / "tests" / "image"), "--image", image, "-q",
                     "-p", "no:cacheprovider", f"--junitxml={junit}", *extra], cwd=PROJECT_ROOT)
-    passed, skipped, failed = 0, 0, []
+    passed, skipped, failed, ran = 0, 0, [], []
     image_id = image.rsplit(":", 1)[-1]
 
     def check_name(name: str) -> str:
@@ -48,6 +49,8 @@ def run_image_suite(image: str, work_dir: Path, extra: Iterable[str] = ()) -> Im
 
     if junit.exists():
         for name, outcome in cases(junit):
+            if outcome != "skipped":
+                ran.append(check_name(name))
             if outcome == "failed":
                 failed.append(check_name(name))
             elif outcome == "skipped":
@@ -56,4 +59,4 @@ def run_image_suite(image: str, work_dir: Path, extra: Iterable[str] = ()) -> Im
                 passed += 1
     else:
         failed.append("(pytest wrote no report)")
-    return ImageTestResult(image, passed, failed, skipped, junit)
+    return ImageTestResult(image, passed, failed, skipped, junit, ran)
