@@ -50,6 +50,7 @@ INPUT_HELP = {
     "namespace": "repository namespace of the tags (default ascend-images)",
     "work_dir": "where contexts, logs and reports go (default ./build)",
     "force": "rebuild every stage even when an image carries its content key",
+    "jobs": "stages built at once (default 1); siblings such as vllm and sglang on one torch build side by side",
 }
 SELECTION_ITERABLE = ["env"]
 
@@ -135,13 +136,15 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
           allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, cache_dir=None, fetch=False, os_mirror=None,
           pip_index_url=None, pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None,
-          ca_bundle=None, netrc=None, base_image=None, namespace="ascend-images", work_dir="build", force=False):
+          ca_bundle=None, netrc=None, base_image=None, namespace="ascend-images", work_dir="build", force=False,
+          jobs=1):
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     _run(cli.build_selection, _selection(locals()),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, cache_dir),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
-         print, work_dir=Path(work_dir), namespace=namespace, base_image=base_image, force=force, fetch=fetch)
+         print, work_dir=Path(work_dir), namespace=namespace, base_image=base_image, force=force, fetch=fetch,
+         jobs=int(jobs))
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, "dest": "cache directory (default ~/.cache/ascend-images/downloads)"},
@@ -170,7 +173,7 @@ def lint(c, matrix="matrix.yaml", work_dir="build"):
         raise Exit(code=code)
 
 
-TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image", "force")}
+TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image", "force", "jobs")}
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "image": "test this existing image (repeatable)"},

@@ -7,16 +7,21 @@ it only once the build has succeeded, so a failed stage never gets a tag.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
 import json
 import re
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -42,6 +47,9 @@ class BuildSettings:
     work_dir: Path = Path("build")
     force: bool = False  # rebuild even when an image carries the content key
     nocache: bool = False  # and ignore Docker's layer cache too (a truly cold build, for benchmarks)
+    # stages built at once: siblings (vllm and sglang on one torch, A2 and A3 on one base) need not wait for each
+    # other; an emulated build is one busy core, so 2 halves a cold multi-variant build on a 2-core host
+    jobs: int = 1
     revision: str = ""  # org.opencontainers.image.revision
 
 
@@ -77,6 +85,22 @@ def declared_args(dockerfile: str) -> set[str]:
     return set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE))
 
 
+def _drop_connection(stream: Any) -> None:
+    """End a build's HTTP connection from another thread: the engine then stops that build and removes its
+    container. A generator cannot be closed while another thread runs it, and closing a socket does not wake a
+    thread blocked reading it; shutting the socket down does. docker-py keeps the response in the frame of its
+    stream generator."""
+    frame = getattr(stream, "gi_frame", None)
+    response = frame.f_locals.get("response") if frame is not None else None
+    raw = getattr(response, "raw", None)
+    sock = getattr(getattr(raw, "_connection", None), "sock", None)
+    if sock is None:  # the connection was already handed back: reach the socket through the file object
+        sock = getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already shut by the engine
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 def git_revision(path: Path) -> str:
     try:
         out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -98,6 +122,18 @@ class Builder:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
         self.context_dir = settings.work_dir / "contexts"
+        # parallel builds: the streams being read, so Ctrl-C in the main thread can drop them all
+        self._streams: set[Any] = set()
+        self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        if settings.jobs > 1:
+            plain = self.out
+
+            def out(line: str) -> None:
+                with self._lock:
+                    plain(line)
+
+            self.out = out
 
     @functools.cached_property
     def claims(self) -> Path:
@@ -187,6 +223,8 @@ class Builder:
 
     def _build_claimed(self, stage: Stage, label: str, index: int, key: str, context: Path, server: BuildServer,
                        started: float) -> StageResult:
+        if self._cancelled.is_set():  # Ctrl-C came while this stage waited for its claim
+            raise Interrupted(f"{label} {stage.tag} not started; no tag was set for it")
         platform = self._platform(stage)
         log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
         self.out(f"{label} {stage.tag}: building (log {log_path})")
@@ -205,6 +243,10 @@ class Builder:
                 path=str(context), rm=True, forcerm=True, pull=False, decode=True, nocache=self.settings.nocache,
                 network_mode="host", platform=platform, buildargs=buildargs, labels=labels,
             )
+            with self._lock:
+                self._streams.add(stream)
+            interrupted = f"{label} {stage.tag} stopped at step {{}} after {{}}; no tag was set for it, the " \
+                          f"stages before it are kept and reused next time. Log: {log_path}"
             try:
                 for chunk in stream:
                     if "stream" in chunk:
@@ -219,9 +261,18 @@ class Builder:
                 # dropping the connection makes the engine cancel the build and remove its container
                 stream.close()
                 progress.line("INTERRUPTED (Ctrl-C)")
-                raise Interrupted(f"{label} {stage.tag} stopped at step {progress.step or '?'} after "
-                                  f"{fmt_seconds(progress.elapsed)}; no tag was set for it, the stages before "
-                                  f"it are kept and reused next time. Log: {log_path}") from None
+                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed))) from None
+            except Exception:
+                if not self._cancelled.is_set():
+                    raise
+                # another thread took Ctrl-C and dropped this stage's connection (parallel builds)
+                progress.line("INTERRUPTED (Ctrl-C)")
+                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed))) from None
+            finally:
+                with self._lock:
+                    self._streams.discard(stream)
+            if self._cancelled.is_set():
+                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed)))
             step = progress.step
         # ENOSPC inside a RUN step shows only in its output; the step itself just "returned a non-zero code"
         if error and disk_full(f"{error}\n{progress.tail()}"):
@@ -246,14 +297,56 @@ class Builder:
         cann_dir = sources.cann.directory if sources.cann.kind == "local" else sources.cann.cache
         artifacts_dir = sources.artifacts.directory or sources.artifacts.cache
         with BuildServer(self.settings.inputs, cann_dir, artifacts_dir) as server:
-            for index, stage in enumerate(plan.stages, 1):
-                self.results[stage.tag] = self.build_stage(stage, index, total, server)
+            if self.settings.jobs > 1:
+                self._build_parallel(plan, server)
+            else:
+                for index, stage in enumerate(plan.stages, 1):
+                    self.results[stage.tag] = self.build_stage(stage, index, total, server)
         results = [self.results[s.tag] for s in plan.stages]
         built = sum(r.status == "built" for r in results)
         self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, "
                  f"{total - built} reused, {total} stages")
         self._write_report(plan, results)
         return results
+
+    def _build_parallel(self, plan: BuildPlan, server: BuildServer) -> None:
+        """Up to `jobs` stages at once, each as soon as its parent is built. After a failure nothing new starts,
+        the running stages finish, and the first error is raised. Ctrl-C drops every running build's connection
+        (the engine stops those builds) and raises Interrupted naming them."""
+        index = {s.tag: i for i, s in enumerate(plan.stages, 1)}
+        total, pending = len(plan.stages), list(plan.stages)
+        running: dict[Future[StageResult], Stage] = {}
+        errors: list[BaseException] = []
+        with ThreadPoolExecutor(max_workers=self.settings.jobs, thread_name_prefix="stage") as pool:
+            try:
+                while pending or running:
+                    for stage in [s for s in pending if not errors]:
+                        if len(running) >= self.settings.jobs:
+                            break
+                        if stage.parent is None or stage.parent.tag in self.results:
+                            pending.remove(stage)
+                            running[pool.submit(self.build_stage, stage, index[stage.tag], total, server)] = stage
+                    if not running:
+                        break
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        stage = running.pop(future)
+                        try:
+                            self.results[stage.tag] = future.result()
+                        except BaseException as exc:
+                            errors.append(exc)
+            except KeyboardInterrupt:
+                self._cancelled.set()
+                with self._lock:
+                    for stream in list(self._streams):
+                        _drop_connection(stream)
+                stopped = [running[f].tag for f in running]
+                wait(running)
+                raise Interrupted(f"stopped {', '.join(stopped) or 'between stages'}; no tag was set for them, "
+                                  f"the stages built before are kept and reused next time. Logs: "
+                                  f"{self.log_dir}") from None
+        if errors:
+            raise errors[0]
 
     def _write_report(self, plan: BuildPlan, results: list[StageResult]) -> None:
         report = {

@@ -128,6 +128,59 @@ def test_interrupted_build_leaves_no_tag_and_a_rerun_reuses_what_finished(docker
     assert re.search(rf"\[4/4 torch\] {re.escape(tag)}: built in", rerun.stdout), rerun.stdout[-2000:]
 
 
+
+# --- parallel stages (--jobs 2): siblings side by side, Ctrl-C stops them all -------------------------------------
+def _building_and_built(out: str) -> tuple[dict[str, int], dict[str, int]]:
+    """For each stage tag, the line number where it started building and where it was built."""
+    lines = out.splitlines()
+    start = {m.group(1): i for i, line in enumerate(lines) if (m := re.search(r"\] (\S+): building", line))}
+    done = {m.group(1): i for i, line in enumerate(lines) if (m := re.search(r"\] (\S+): built in", line))}
+    return start, done
+
+
+def test_parallel_build_builds_siblings_side_by_side(docker_client, x86_inputs, namespace, tmp_path):
+    """A2 and A3 share the base; with --jobs 2 the A3 chain does not wait for the A2 chain: A3's cann-install
+    starts before A2's torch is done. Every stage is built once and tagged."""
+    log = tmp_path / "build.log"
+    proc = start(build_args(**x86_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
+    assert proc.wait(timeout=1800) == 0, log.read_text()[-3000:]
+    out = log.read_text()
+    start_at, built_at = _building_and_built(out)
+    assert len(start_at) == len(built_at) == 6, out  # cann-install, cann, torch per device (the base is reused)
+    a2_torch = next(t for t in built_at if "/torch-npu:" in t and "-a2-" in t)
+    a3_install = next(t for t in start_at if "/cann-install:" in t and "-a3-" in t)
+    assert start_at[a3_install] < built_at[a2_torch], "A3 waited for the A2 chain"
+    for tag in built_at:
+        assert docker_client.images.get(tag).labels["io.ascend-images.content-key"]
+
+
+def test_ctrl_c_stops_every_parallel_stage(docker_client, x86_inputs, namespace, tmp_path):
+    """Ctrl-C while both torch stages build: exit 130, both named, neither tagged, no build container left; a
+    re-run reuses every stage that had finished."""
+    log = tmp_path / "build.log"
+    proc = start(build_args(**x86_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
+    deadline = time.monotonic() + 900
+    torch: list[str] = []
+    while time.monotonic() < deadline and proc.poll() is None and len(torch) < 2:
+        torch = re.findall(r"\[\d/\d torch\] (\S+): building", log.read_text())
+        time.sleep(1)
+    assert len(torch) == 2, log.read_text()
+    time.sleep(8)  # inside both torch installs
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=120)
+    out = log.read_text()
+    assert code == 130, out[-3000:]
+    assert "interrupted: stopped" in out and all(tag in out.split("interrupted:", 1)[1] for tag in torch), out[-2000:]
+    assert "Traceback" not in out
+    for tag in torch:
+        assert not docker_client.images.list(name=tag), f"{tag} was tagged"
+    cann = re.findall(rf"\] ({re.escape(namespace)}/cann:\S+): built", out)
+    assert len(cann) == 2 and all(_no_build_container_left(docker_client, c) for c in cann)
+    rerun = subprocess.run(build_args(**x86_inputs, namespace=namespace, device="a2,a3", jobs="2"), cwd=ROOT,
+                           capture_output=True, text=True, timeout=1800)
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert len(re.findall(r": up to date \(content key", rerun.stdout)) == 5, rerun.stdout  # base + 2 x 2
+
 # --- engine faults: one line saying what to do, a non-zero exit, no traceback ------------------------------
 def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
