@@ -126,7 +126,9 @@ def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work
     flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir),
                             artifacts_dir=str(artifacts_dir) if artifacts_dir else None)
     inputs = cli.InputFlags(ca_bundle=str(secrets["ca"]), netrc=str(secrets["netrc"]))
-    return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=TEST_NAMESPACE)
+    # two stages at once: an emulated build keeps one core busy, and this machine has two (vllm beside sglang,
+    # the A2 chain beside the A3 one)
+    return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=TEST_NAMESPACE, jobs=2)
 
 
 def live_output(config):
