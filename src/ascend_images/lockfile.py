@@ -184,6 +184,8 @@ def load_lock(variant: Variant, root: Path | None = None) -> Lock:
             f"no lock for {spec.release}/{spec.backend}/{spec.arch}: {path} does not exist. "
             f"Make it with: {spec.command}"
             + (f" (needs the torch index {spec.torch_index_url})" if spec.torch_index_url else "")
+            + (f". matrix.yaml says this release is blocked: {variant.release.blocked}"
+               if variant.release.blocked else "")
         )
     lock = parse_lock(path)
     check_lock(spec, lock)

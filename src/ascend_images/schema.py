@@ -179,6 +179,7 @@ class ReleaseSpec(Strict):
     torch_npu: str
     python: list[Literal["system", "bisheng"]]
     backends: ReleaseBackends
+    blocked: str | None = None  # why its backends cannot be locked from the configured index (invoke lock)
     source: str
 
 

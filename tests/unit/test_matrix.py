@@ -59,9 +59,9 @@ def test_wrong_type_is_reported_with_value(tmp_path):
 
 def test_dangling_reference_lists_valid_values(tmp_path):
     def mutate(d):
-        d["releases"]["cann8.5.0-pt2.8.0"]["cann"] = "8.5.1"
+        d["releases"]["cann8.5.0-pt2.8.0"]["cann"] = "8.5.7"
 
-    pattern = r"releases\.cann8\.5\.0-pt2\.8\.0\.cann: unknown CANN version '8\.5\.1'.*Valid: "
+    pattern = r"releases\.cann8\.5\.0-pt2\.8\.0\.cann: unknown CANN version '8\.5\.7'.*Valid: "
     with pytest.raises(MatrixError, match=pattern):
         load_matrix(_write(tmp_path, mutate))
 
