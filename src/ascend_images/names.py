@@ -32,7 +32,7 @@ def _py(v: Variant) -> str:
     return f"py{v.python_version}" + ("" if v.python == "system" else f"-{v.python}")
 
 
-def _version(kind: str, v: Variant) -> str:
+def stage_version(kind: str, v: Variant) -> str:
     """The leading version of a stage's tag: what the stage adds."""
     if kind in ("cann-install", "cann"):
         return v.cann_version.tag
@@ -58,8 +58,8 @@ def _tag_body(kind: str, v: Variant, arch: bool = True) -> str:
         return f"{v.os}-{_py(v)}{end}"
     tail = f"{v.device}-{v.os}-{_py(v)}{end}"
     if kind in ("cann-install", "cann"):
-        return f"{_version(kind, v)}-{tail}"
-    return f"{_version(kind, v)}-cann{v.cann_version.tag}-{tail}"
+        return f"{stage_version(kind, v)}-{tail}"
+    return f"{stage_version(kind, v)}-cann{v.cann_version.tag}-{tail}"
 
 
 def stage_tag(kind: str, v: Variant, namespace: str) -> str:

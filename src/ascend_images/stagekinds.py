@@ -23,7 +23,7 @@ from .artifacts import bisheng_wanted, sglang_wanted
 from .envs import EnvValue, baked_env, effective_env
 from .lockfile import LockError, load_lock
 from .matrix import Variant
-from .names import LABEL_PREFIX, overlay_suffix
+from .names import LABEL_PREFIX, overlay_suffix, stage_version, top_kind
 from .schema import SglangPins, VllmPins
 from .sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
 
@@ -52,15 +52,6 @@ def _label(**values: str) -> dict[str, str]:
 
 def _image_labels(v: Variant) -> dict[str, str]:
     return _label(os=v.os, arch=v.arch, python=v.python, python_version=v.python_version)
-
-
-def _tag_version(stage: Stage) -> str:
-    return stage.tag.rsplit(":", 1)[-1]
-
-
-def _no_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                files: dict[str, bytes]) -> None:
-    return None
 
 
 # --- base ------------------------------------------------------------------------------------------------------
@@ -133,12 +124,7 @@ def _sglang_labels(stage: Stage) -> dict[str, str]:
 
 
 def _backend_version(stage: Stage) -> str:
-    pins = stage.variant.backend_pins
-    if isinstance(pins, VllmPins):
-        return pins.vllm_ascend
-    if isinstance(pins, SglangPins):
-        return pins.sglang
-    return _tag_version(stage)
+    return stage_version(stage.kind, stage.variant)
 
 
 def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
@@ -205,8 +191,7 @@ def _overlay_labels(stage: Stage) -> dict[str, str]:
 
 def _overlay_version(stage: Stage) -> str:
     # an overlay is the image below it with other settings: the same version
-    v = stage.variant
-    return v.torch_npu if v.backend == "none" else _backend_version(stage)
+    return stage_version(top_kind(stage.variant), stage.variant)
 
 
 def _overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
