@@ -52,6 +52,8 @@ class LockSpec:
     requirements: tuple[str, ...]
     source: SourcePackage
     torch_index_url: str = ""
+    # NAME==VERSION requirements that win over every other requirement on NAME (uv --override)
+    overrides: tuple[str, ...] = ()
 
     @property
     def platform(self) -> str:
@@ -67,6 +69,8 @@ class LockSpec:
             "python": self.python_version, "platform": self.platform, "requirements": list(self.requirements),
             "source": [self.source.name, self.source.version, self.source.project_file],
         }
+        if self.overrides:  # only when present, so locks made before overrides existed stay valid
+            doc["overrides"] = list(self.overrides)
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def path(self, root: Path) -> Path:
@@ -103,7 +107,8 @@ def lock_spec(variant: Variant) -> LockSpec:
     # the CANN stage installed these for the toolkit's own Python tools; a backend must keep them working
     cann_deps = tuple(variant.matrix.spec.cann.python_deps)
     return LockSpec(variant.release_name, variant.backend, variant.arch, variant.python_version,
-                    (*held, *wanted, *cann_deps), source, variant.arch_spec.torch_index_url)
+                    (*held, *wanted, *cann_deps), source, variant.arch_spec.torch_index_url,
+                    tuple(o.requirement for o in pins.overrides))
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,7 @@ class Lock:
     text: str
     build_requirements: tuple[str, ...] = field(default=())
     from_source: tuple[str, ...] = field(default=())
+    overrides: tuple[str, ...] = field(default=())
 
     @property
     def source_sdist(self) -> tuple[str, str, str]:
@@ -148,7 +154,8 @@ def parse_lock_text(text: str, path: Path) -> Lock:
             raise LockError(f"{path}:{n}: expected 'name==version', got {body!r}")
         pins[normalize(match.group(1))] = match.group(3)
     return Lock(path, header, pins, text,
-                tuple(header.get("build-requirements", "").split()), tuple(header.get("from-source", "").split()))
+                tuple(header.get("build-requirements", "").split()), tuple(header.get("from-source", "").split()),
+                tuple(header.get("overrides", "").split()))
 
 
 def check_lock(spec: LockSpec, lock: Lock) -> None:
@@ -173,6 +180,15 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
         if got != version:
             raise LockError(f"{lock.path}: pins {name}=={got}, the release needs {version}; "
                             f"regenerate it: {spec.command}")
+    for override in spec.overrides:
+        name, _, version = override.partition("==")
+        got = lock.pins.get(normalize(name))
+        if got != version:
+            raise LockError(f"{lock.path}: pins {name}=={got}, the release overrides it to {version}; "
+                            f"regenerate it: {spec.command}")
+    if set(lock.overrides) != set(spec.overrides):
+        raise LockError(f"{lock.path}: header 'overrides' says {' '.join(lock.overrides) or 'none'}, the release "
+                        f"says {' '.join(spec.overrides) or 'none'}; regenerate it: {spec.command}")
     lock.source_sdist  # noqa: B018 - validates the header
 
 

@@ -147,7 +147,11 @@ class LockMaker:
 
     def _resolve(self, spec: LockSpec, lines: list[str], work: Path) -> dict[str, str]:
         (work / "requirements.in").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        cmd = [uv_binary(), "pip", "compile", "requirements.in", "-o", "resolved.txt", "--quiet",
+        overrides: list[str] = []
+        if spec.overrides:
+            (work / "overrides.txt").write_text("\n".join(spec.overrides) + "\n", encoding="utf-8")
+            overrides = ["--override", "overrides.txt"]
+        cmd = [uv_binary(), "pip", "compile", "requirements.in", "-o", "resolved.txt", "--quiet", *overrides,
                "--python-platform", spec.platform, "--python-version", spec.python_version,
                "--no-header", "--annotation-style", "line", "--index-url", self.index_url]
         torch_index = spec.torch_index_url if self.torch_index_url is None else self.torch_index_url
@@ -178,6 +182,10 @@ class LockMaker:
                  f"(sha256 {sdist_item.sha256[:12]})")
         runtime, build = source_requirements(source, download(sdist_item, self.cache_dir))
         from_source: list[str] = []
+        # Sdists build without isolation, against the image's packages: as torch's, a build requirement's pin on a
+        # package the runtime set already has yields to the runtime's version (arctic-inference 0.1.1 pins
+        # protobuf==5.29.5 to build, vLLM 0.18.0 needs protobuf>=5.29.6 to run); the header lists each one.
+        relaxed: list[str] = []
         with tempfile.TemporaryDirectory(prefix="ascend-lock.") as tmp:
             work = Path(tmp)
             for _ in range(MAX_ROUNDS):
@@ -193,6 +201,14 @@ class LockMaker:
                     extra = sdist_build_requirements(download(item, self.cache_dir))
                     self.out(f"[lock]   {name} {pins[name]} has no {spec.platform} wheel: built in the image "
                              f"(build requirements: {', '.join(extra)})")
+                    for i, requirement in enumerate(extra):
+                        req = Requirement(requirement)
+                        have = pins.get(normalize(req.name))
+                        if have is not None and not req.specifier.contains(have, prereleases=True):
+                            relaxed.append(f"{requirement.replace(' ', '')}({name})")
+                            extra[i] = req.name
+                            self.out(f"[lock]     {requirement} yields to the runtime's {req.name}=={have} "
+                                     "(no build isolation)")
                     build = sorted({*build, *extra})
                 from_source += new
             else:
@@ -224,6 +240,10 @@ class LockMaker:
             f"# build-requirements: {' '.join(build_names)}",
             f"# from-source: {' '.join(sorted(from_source))}",
         ]
+        if relaxed:
+            header.append(f"# build-pins-relaxed: {' '.join(relaxed)}")
+        if spec.overrides:
+            header.append(f"# overrides: {' '.join(spec.overrides)}")
         return write_lock(spec, root, "\n".join(header) + "\n" + body)
 
 

@@ -251,7 +251,9 @@ class Variant:
     def describe(self) -> dict[str, Any]:
         pins: dict[str, Any] = {}
         if self.backend_pins is not None:
-            pins = self.backend_pins.model_dump(by_alias=True)
+            pins = self.backend_pins.model_dump(by_alias=True, exclude={"overrides"})
+            if self.backend_pins.overrides:
+                pins["overrides"] = [o.requirement for o in self.backend_pins.overrides]
         return {
             "release": self.release_name,
             "device": self.device,

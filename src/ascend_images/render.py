@@ -19,9 +19,8 @@ import jinja2
 from .names import TEST_DOUBLE_LABEL
 from .plan import Stage
 from .sources import Sources
-from .stagekinds import KINDS, stage_labels
+from .stagekinds import IMAGES_DIR, KINDS, stage_labels
 
-IMAGES_DIR = Path(__file__).resolve().parents[2] / "images"
 FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
 
 

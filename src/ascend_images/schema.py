@@ -150,10 +150,29 @@ class SglKernelNpu(Strict):
     from_: Literal["release", "source"] = Field(alias="from")
 
 
+class PinOverride(Strict):
+    """A requirement that replaces every other requirement on its package when a lock is resolved (uv's
+    --override), for upstream pins that contradict each other; the image's `pip check` then waives exactly
+    the conflicts it causes and no other."""
+
+    requirement: str  # name==version
+    why: str
+    source: str
+
+    @field_validator("requirement")
+    @classmethod
+    def _exact_pin(cls, value: str) -> str:
+        name, sep, version = value.partition("==")
+        if not sep or not name.strip() or not version.strip() or any(c in version for c in "<>=!~,; "):
+            raise ValueError(f"an override must pin one exact version as NAME==VERSION, got {value!r}")
+        return value
+
+
 class VllmPins(Strict):
     vllm: str
     vllm_ascend: str
     triton_ascend: str | None = None
+    overrides: list[PinOverride] = Field(default_factory=list)
 
 
 class SglangPins(Strict):
@@ -164,6 +183,7 @@ class SglangPins(Strict):
     # SGLang's NPU code imports `triton` (sglang.srt.utils.common); on NPU that is triton-ascend, which
     # SGLang's own NPU images install beside it (SG docker/npu*.Dockerfile)
     triton_ascend: str | None = None
+    overrides: list[PinOverride] = Field(default_factory=list)
 
 
 class ReleaseBackends(Strict):

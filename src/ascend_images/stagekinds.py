@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .artifacts import bisheng_wanted, sglang_wanted
@@ -26,6 +27,8 @@ from .matrix import Variant
 from .names import LABEL_PREFIX, overlay_suffix, stage_version, top_kind
 from .schema import SglangPins, VllmPins
 from .sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
+
+IMAGES_DIR = Path(__file__).resolve().parents[2] / "images"  # the templates and the files stages copy
 
 if TYPE_CHECKING:
     from .plan import Stage
@@ -137,6 +140,8 @@ def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: di
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
     files["etc/env.json"] = as_json(env_document(v.matrix.spec.defaults.profile, baked, captured, v.env_scripts))
     ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
+    if ctx["lock"]["overrides"]:
+        files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
     ctx["allocator"] = allocator(v, v.default_allocator)
 
 
@@ -159,7 +164,8 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
         if sources.artifacts.strict:
             raise
         sdist = {"file": "lock-missing.tar.gz", "url": "lock-missing", "sha256": MISSING_SHA256}
-        return ({"sdist": sdist, "build_requirements": ["setuptools"], "from_source": [], "missing": str(exc)},
+        return ({"sdist": sdist, "build_requirements": ["setuptools"], "from_source": [], "overrides": [],
+                 "missing": str(exc)},
                 f"# LOCK MISSING OR STALE: {exc}\n".encode())
     file, url, sha256 = lock.source_sdist
     directory = sources.artifacts.directory
@@ -169,7 +175,8 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
             raise LockError(f"{directory / file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
         url = f"{SERVER_VAR}/artifacts/{file}"
     return ({"sdist": {"file": file, "url": url, "sha256": sha256}, "build_requirements": list(lock.build_requirements),
-             "from_source": list(lock.from_source), "missing": ""}, lock.text.encode())
+             "from_source": list(lock.from_source),
+             "overrides": list(lock.overrides), "missing": ""}, lock.text.encode())
 
 
 def allocator(v: Variant, name: str) -> dict[str, Any]:
