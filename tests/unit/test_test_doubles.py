@@ -29,6 +29,7 @@ from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
 from tests.image.test_cann_golden import golden_env
 
 HOST_ARCH = platform.machine()
+NEWEST_CANN = "8.5.1"  # the newest CANN in tests/fixtures/cann_facts: its stubs export every recorded symbol
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def stub_dir(tmp_path_factory) -> Path:
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     out = tmp_path_factory.mktemp("stubs")
-    for soname, source in library_sources().items():
+    for soname, source in library_sources(NEWEST_CANN).items():
         (out / f"{soname}.c").write_text(source)
         subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out / soname), str(out / f"{soname}.c"),
                         f"-Wl,-soname,{soname}"], check=True)
@@ -53,6 +54,17 @@ def test_every_needed_soname_has_a_stub_with_its_symbols(stub_dir):
         assert f"Library soname: [{soname}]" in out
         for name in entry["functions"] + entry["objects"] + entry["tls"]:
             assert f" {name}\n" in out or out.rstrip().endswith(f" {name}"), f"{soname} lacks {name}"
+
+
+def test_stubs_of_a_cann_export_only_what_the_wheels_made_for_it_import():
+    # vllm-ascend 0.18.0 and torch_npu 2.9.0 (made for CANN 8.5.1, compat.md) import calls the 8.5.0 wheels do
+    # not; their BIND_NOW libraries fail to load on older stubs, as on an older real CANN. One such symbol, read
+    # by hand from the wheel (readelf --dyn-syms vllm_ascend/_cann_ops_custom/.../op_api/lib/libcust_opapi.so):
+    only_new = "NnopbaseAddDynamicInput"
+    assert only_new not in library_sources("8.5.0")["libopapi.so"]
+    assert only_new not in library_sources("8.3.RC1")["libopapi.so"]
+    assert f'__asm__("{only_new}")' in library_sources("8.5.1")["libopapi.so"]
+    assert library_sources("8.5.0") == library_sources("8.3.RC2")  # nothing else is version-bound
 
 
 def test_stub_calls_fail_like_a_host_without_an_npu(stub_dir):
