@@ -217,10 +217,12 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "json": "where to write the JSON report",
+            "release": "default cann8.5.0-pt2.8.0: a release with both backends, so they share base, CANN and torch",
             "runs": "start-up timing runs (median)",
             "quick": "derive each-variant-alone times from the cold build's stage times instead of rebuilding"},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
-def bench(c, device="a3", backend="vllm,sglang", release=None, os=None, arch=None, python=None, profile=None, env=None,
+def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os=None, arch=None, python=None,
+          profile=None, env=None,
           allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
           pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,

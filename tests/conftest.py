@@ -50,10 +50,11 @@ TEST_NAMESPACE = "ascend-images-test"
 CI_SELECTIONS = [
     {"device": "a2,a3", "backend": "none", "release": "cann8.5.0-pt2.8.0"},
     {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
-    # both backends end to end from their locks, on one A3 base, cann and torch: vllm 0.13.0 (sdist,
-    # VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.13.0; SGLang 0.5.10 (sdist, pyproject_npu.toml) + the fake
-    # sgl-kernel-npu 2026.02.01 release zip
-    {"device": "a3", "backend": "vllm,sglang", "release": "cann8.5.0-pt2.8.0"},
+    # both backends end to end from their locks, each on its default release: SGLang 0.5.10 (sdist,
+    # pyproject_npu.toml) + the fake sgl-kernel-npu 2026.02.01 release zip; vllm 0.18.0 (sdist,
+    # VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.18.0 on CANN 8.5.1 and torch 2.9.0, with its lock's override
+    {"device": "a3", "backend": "sglang", "release": "cann8.5.0-pt2.8.0"},
+    {"device": "a3", "backend": "vllm", "release": "cann8.5.1-vllm0.18.0"},
     # thin overlays on the A3 torch image: a profile; an --env value given at build time with an allocator
     # the backend does not preload by default (one image for both, to keep CI's image count down)
     {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "profile": "debug"},

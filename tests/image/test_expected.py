@@ -36,6 +36,10 @@ CANN_850_A3 = {  # compat.md: CANN 8.5.0 (HDK floor 25.5.0, cann-<VER> layout), 
     "io.ascend-images.os": "debian12", "io.ascend-images.arch": TEST_ARCH, "io.ascend-images.python": "system",
     "io.ascend-images.python-version": "3.11",
 }
+# compat.md: vllm-ascend 0.18.0 runs on CANN 8.5.1 with torch_npu 2.9.0 on torch 2.9.0; 8.5.1 is a patch of the
+# 8.5 line (same 25.5.0 HDK floor, same cann-<VER> layout)
+CANN_851_A3 = {**CANN_850_A3, "io.ascend-images.cann": "8.5.1", "io.ascend-images.torch": "2.9.0",
+               "io.ascend-images.torch-npu": "2.9.0", "io.ascend-images.release": "cann8.5.1-vllm0.18.0"}
 TAIL = f"cann8.5.0-a3-debian12-py3.11-{ARCH}"
 EXPECTED = {
     f"torch-npu:2.8.0.post2-{TAIL}": {
@@ -50,7 +54,7 @@ EXPECTED = {
         "labels": {**CANN_850_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "debug"},
     },
-    f"vllm-ascend:0.13.0-{TAIL}": {
+    f"vllm-ascend:0.18.0-cann8.5.1-a3-debian12-py3.11-{ARCH}": {
         # ref000: graph mode wants task queue level 1; vLLM V1 and vllm-ascend's FLASHCOMM, dense optimize and MLP
         # prefetch on; Ray leaves ASCEND_RT_VISIBLE_DEVICES alone
         "env": {**COMMON, **PRODUCTION, "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
@@ -58,8 +62,8 @@ EXPECTED = {
                 "VLLM_ASCEND_ENABLE_PREFETCH_MLP": "1", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
                 "LD_PRELOAD": JEMALLOC},
         "absent": ["HCCL_HOST_SOCKET_PORT_RANGE", "SGLANG_DEEPEP_BF16_DISPATCH"],
-        "labels": {**CANN_850_A3, "io.ascend-images.stage": "vllm", "io.ascend-images.backend": "vllm",
-                   "io.ascend-images.vllm": "0.13.0", "io.ascend-images.vllm-ascend": "0.13.0",
+        "labels": {**CANN_851_A3, "io.ascend-images.stage": "vllm", "io.ascend-images.backend": "vllm",
+                   "io.ascend-images.vllm": "0.18.0", "io.ascend-images.vllm-ascend": "0.18.0",
                    "io.ascend-images.triton-ascend": "3.2.0", "io.ascend-images.allocator": "jemalloc",
                    "io.ascend-images.profile": "production"},
     },

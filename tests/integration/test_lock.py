@@ -51,3 +51,29 @@ def test_lock_check_passes_here_and_fails_on_a_changed_pin(tmp_path):
                     "--matrix", str(tmp_path / "matrix.yaml"))
     assert stale.returncode == 1
     assert "vllm-aarch64.txt is stale" in stale.stdout and "1 of 2 locks fresh" in stale.stdout
+
+
+def test_an_override_settles_upstreams_contradiction_and_nothing_else(tmp_path, work_dir):
+    """vLLM 0.18.0 wants opencv-python-headless>=4.13.0, vllm-ascend 0.18.0 pins <=4.11.0.86 (their PyPI metadata):
+    without the release's override uv finds no lock; with it, opencv is vllm-ascend's and everything else resolves.
+    arctic-inference (no aarch64 wheel) pins protobuf==5.29.5 to build; without build isolation the runtime's
+    protobuf (vLLM: >=5.29.6) wins, and the lock says so."""
+    from dataclasses import replace
+
+    from ascend_images.lockfile import LockError
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    (v,) = select(matrix, device="a3", backend="vllm", release="cann8.5.1-vllm0.18.0", arch="aarch64")
+    spec = lock_spec(v)
+    assert spec.overrides == ("opencv-python-headless==4.11.0.86",)
+    cache = work_dir / "cache" / "sdists"
+    with pytest.raises(LockError, match=r"(?s)uv could not resolve.*opencv-python-headless>=4.13.0"):
+        LockMaker(lambda _: None, cache).make(replace(spec, overrides=()), tmp_path / "without")
+    lines: list[str] = []
+    lock = parse_lock(LockMaker(lines.append, cache).make(spec, tmp_path / "with"))
+    check_lock(spec, lock)
+    assert lock.pins["opencv-python-headless"] == "4.11.0.86" and lock.pins["numpy"].startswith("1.")
+    assert lock.overrides == ("opencv-python-headless==4.11.0.86",)
+    assert "protobuf==5.29.5(arctic-inference)" in lock.header["build-pins-relaxed"]
+    assert lock.pins["protobuf"] != "5.29.5"
+    assert any("protobuf==5.29.5 yields to the runtime's protobuf==" in line for line in lines)

@@ -25,6 +25,7 @@ REQUIRED = [
     ("cann8.5.0-pt2.8.0", "sglang", "aarch64"),
     ("cann8.3.rc1-sglang0.5.8", "sglang", "aarch64"),
     ("cann8.3.rc2-vllm0.11.0", "vllm", "aarch64"),
+    ("cann8.5.1-vllm0.18.0", "vllm", "aarch64"),
 ]
 
 
@@ -130,6 +131,51 @@ def test_rendered_vllm_stage_installs_the_lock_then_the_sdist(tmp_path):
     assert ctx["lock"]["sdist"]["file"] == "vllm-0.13.0.tar.gz"
     assert ctx["lock"]["sdist"]["url"].startswith("https://files.pythonhosted.org/")
     assert "arctic-inference" in ctx["lock"]["from_source"]  # no aarch64 wheel: built in the image
+
+
+OVERRIDDEN = "cann8.5.1-vllm0.18.0"
+
+
+def test_dropping_an_override_makes_the_lock_stale(tmp_path):
+    def drop(data):
+        data["releases"][OVERRIDDEN]["backends"]["vllm"].pop("overrides")
+
+    v = variant(tmp_path, drop, backend="vllm", release=OVERRIDDEN, arch="aarch64")
+    _copy_locks(tmp_path)
+    with pytest.raises(LockError, match=rf"vllm-aarch64.txt is stale.*invoke lock --release {OVERRIDDEN}"):
+        load_lock(v)
+
+
+def test_a_lock_that_does_not_hold_the_override_is_refused(tmp_path):
+    v = variant(tmp_path, lambda d: None, backend="vllm", release=OVERRIDDEN, arch="aarch64")
+    _copy_locks(tmp_path)
+    path = tmp_path / "locks" / OVERRIDDEN / "vllm-aarch64.txt"
+    path.write_text(path.read_text().replace("\nopencv-python-headless==4.11.0.86 ",
+                                             "\nopencv-python-headless==4.13.0.90 "))
+    with pytest.raises(LockError, match=r"pins opencv-python-headless==4.13.0.90, the release overrides it to "
+                                        r"4.11.0.86"):
+        load_lock(v)
+
+
+def test_an_override_must_pin_one_exact_version(tmp_path):
+    from ascend_images.errors import MatrixError
+
+    def loose(data):
+        data["releases"][OVERRIDDEN]["backends"]["vllm"]["overrides"][0]["requirement"] = "opencv-python-headless<5"
+
+    with pytest.raises(MatrixError, match=r"vllm.overrides.0.requirement: .*NAME==VERSION, "
+                                          r"got 'opencv-python-headless<5'"):
+        variant(tmp_path, loose, backend="vllm", release=OVERRIDDEN, arch="aarch64")
+
+
+def test_only_a_stage_whose_lock_overrides_a_pin_gets_the_waiving_pip_check(tmp_path):
+    v = variant(tmp_path, None, backend="vllm", release=OVERRIDDEN, arch="aarch64")
+    ctx, files = _render_backend(v, strict=True)
+    assert ctx["lock"]["overrides"] == ["opencv-python-headless==4.11.0.86"]
+    assert files["pip-check"] == (ROOT / "images" / "common" / "backend" / "pip-check").read_bytes()
+    old = variant(tmp_path, None, backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    old_ctx, old_files = _render_backend(old, strict=True)
+    assert "pip-check" not in old_files and old_ctx["lock"]["overrides"] == []
 
 
 def test_sdist_from_artifacts_dir_must_match_the_lock(tmp_path):

@@ -205,4 +205,4 @@ def test_image_tag_needs_no_plan_and_is_the_plans_top(matrix):
     assert [plan.top(v).tag for v in variants] == [image_tag(v, "ns") for v in variants]
     # written out by hand: the tag scheme README documents
     (v,) = select(matrix, device="a3", backend="vllm", allocator="none")
-    assert image_tag(v, "ns") == "ns/vllm-ascend:0.13.0-cann8.5.0-a3-debian12-py3.11-arm64-nopreload"
+    assert image_tag(v, "ns") == "ns/vllm-ascend:0.18.0-cann8.5.1-a3-debian12-py3.11-arm64-nopreload"
