@@ -140,9 +140,13 @@ def _hdk_floor(v: Variant) -> str | None:
 
 
 def _torch_npu_cann(v: Variant) -> str | None:
+    if v.torch_pair.cann is None:
+        return (f"torch_npu {v.torch_npu}: no upstream source says which CANN it was released for (matrix.yaml "
+                f"torch.pairs has cann: null); the release uses CANN {v.cann_version}, unconfirmed")
     made_for = ascend(v.torch_pair.cann)
     if made_for != v.cann_version:
-        same = sorted(n for n, p in v.matrix.spec.torch.pairs.items() if ascend(p.cann) == v.cann_version)
+        same = sorted(n for n, p in v.matrix.spec.torch.pairs.items()
+                      if p.cann is not None and ascend(p.cann) == v.cann_version)
         hint = f"torch_npu released for it: {', '.join(same)}" if same else "no torch_npu in the table targets it"
         return (
             f"torch_npu {v.torch_npu} was released for CANN {made_for}, the release uses CANN "

@@ -114,7 +114,7 @@ class LayoutSpec(Strict):
 
 class TorchPairSpec(Strict):
     torch: str
-    cann: str
+    cann: str | None  # the CANN it was released for; null: no upstream source says (unconfirmed)
     python: str
     cxx11_abi: Literal[0, 1]
     source: str

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from ascend_images.outdated import pinned_versions
 from ascend_images.wheelmeta import read_metadata
 from tests.conftest import ROOT
 from tests.fixtures.httpserver import Server
+from tests.fixtures.matrices import matrix_copy
 
 
 def wheel(name: str, version: str, tag: str, requires: list[str], python: str | None = ">=3.10") -> tuple[str, bytes]:
@@ -70,9 +72,20 @@ def index():
     srv.stop()
 
 
-def rows_by_version(index, packages=None) -> dict[tuple[str, str], dict]:
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory) -> Path:
+    """The matrix as its releases pin it: the fixture index models PyPI before torch-npu 2.11.0, so the pairs
+    no release uses (2.11.0 and newer, recorded from PyPI) are left out."""
+    def releases_only(data: dict) -> None:
+        used = {r["torch_npu"] for r in data["releases"].values()}
+        data["torch"]["pairs"] = {k: v for k, v in data["torch"]["pairs"].items() if k in used}
+
+    return matrix_copy(tmp_path_factory.mktemp("matrix"), releases_only, locks=True)
+
+
+def rows_by_version(index, matrix, packages=None) -> dict[tuple[str, str], dict]:
     lines: list[str] = []
-    cli.show_outdated(cli.Selection(str(ROOT / "matrix.yaml")), lines.append, index_url=index.url("/simple"),
+    cli.show_outdated(cli.Selection(str(matrix)), lines.append, index_url=index.url("/simple"),
                       packages=packages, as_json=True)
     return {(r["package"], r["version"]): r for r in json.loads(lines[-1])}
 
@@ -85,8 +98,8 @@ def test_metadata_is_read_with_two_range_requests(index):
     assert len(ranges) == 2 and all(r and r.startswith("bytes=") for r in ranges)  # never the whole wheel
 
 
-def test_newer_releases_with_platforms_pins_and_verdicts(index):
-    rows = rows_by_version(index)
+def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
+    rows = rows_by_version(index, matrix)
     assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("vllm-ascend", "0.24.0"),
                          ("vllm-ascend", "0.25.0"), ("vllm", "0.24.0"), ("sglang", "0.5.11")}
     # ^ no pre-release (2.13.0rc1), nothing the matrix already has or older
@@ -105,22 +118,28 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index):
     assert rows[("sglang", "0.5.11")]["verdict"] == "no sdist: the NPU build needs the tagged source tree"
 
 
-def test_the_task_prints_a_table(index):
+def test_the_task_prints_a_table(index, matrix):
     result = subprocess.run([sys.executable, "-m", "invoke", "outdated", "--index-url", index.url("/simple"),
-                             "--package", "torch-npu"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                             "--package", "torch-npu", "--matrix", str(matrix)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     header, *lines = result.stdout.splitlines()
     assert header.split()[:3] == ["package", "newer", "matrix"]
     from packaging.version import Version
 
-    newest = str(max(map(Version, pinned_versions(cli.Selection(str(ROOT / "matrix.yaml")).load())["torch-npu"])))
+    newest = str(max(map(Version, pinned_versions(cli.Selection(str(matrix)).load())["torch-npu"])))
     assert [line.split()[:3] for line in lines] == [["torch-npu", "2.12.0", newest], ["torch-npu", "2.11.0", newest]]
 
 
 @pytest.mark.network
-def test_live_pypi_lists_a_newer_torch_npu():
-    """PyPI itself (a `network` test): it carries torch-npu releases newer than the matrix's."""
+def test_live_pypi_lists_a_newer_vllm_ascend():
+    """PyPI itself (a `network` test): it carries vllm-ascend releases newer than the matrix's (0.23.0.post1 since
+    November 2026, an sdist), each read with its files."""
+    from packaging.version import Version
+
     lines: list[str] = []
     rows = cli.show_outdated(cli.Selection(str(ROOT / "matrix.yaml")), lines.append,
-                             index_url="https://pypi.org/simple", packages=["torch-npu"], limit=2)
-    assert rows and all(r.wheels["aarch64"] for r in rows), lines
+                             index_url="https://pypi.org/simple", packages=["vllm-ascend"], limit=2)
+    assert rows, lines
+    assert all(Version(r.version) > Version("0.23.0") for r in rows), lines
+    assert all(r.sdist or any(r.wheels.values()) for r in rows), lines

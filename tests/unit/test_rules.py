@@ -124,3 +124,10 @@ def test_rule_statements_are_stated_from_the_matrix(tmp_path):
     assert RULES_BY_ID["sgl-kernel-npu-coverage"].stated(spec) == \
         "sgl-kernel-npu release zips exist for CANN 8.5.0 and 9.0.0"
     assert RULES_BY_ID["vllm-ascend-a3"].stated(spec) == "A3 support starts at vllm-ascend 0.10.0rc1"
+
+
+def test_a_pair_whose_cann_no_source_names_is_a_warning_saying_so(tmp_path):
+    detail = RULES_BY_ID["torch-npu-cann-pair"].check(variant(tmp_path, pair("2.8.0.post2", cann=None), release=R85))
+    assert detail == ("torch_npu 2.8.0.post2: no upstream source says which CANN it was released for (matrix.yaml "
+                      "torch.pairs has cann: null); the release uses CANN 8.5.0, unconfirmed")
+    assert RULES_BY_ID["torch-npu-cann-pair"].severity == "warning"
