@@ -136,3 +136,20 @@ def test_an_allocator_that_does_not_load_is_caught(docker_client, ci_images, wor
         docker_client.images.remove(tag, force=True)
     assert {"test_allocator_is_preloaded", "test_tools_work_with_the_allocator_preloaded"} <= set(result.failed)
     assert not {"test_labels", "test_pip_check"} & set(result.failed), result.failed
+
+
+def test_a_conflict_no_override_explains_is_caught(docker_client, ci_images, work_dir, tmp_path):
+    """CI's vLLM image holds one known conflict (vLLM 0.18.0 wants opencv-python-headless>=4.13.0; its lock
+    overrides it to vllm-ascend's 4.11.0.86), which test_pip_check accepts because the lock's header declares the
+    override. With that header line gone, the very same installed packages fail it."""
+    serving = next(tag for tag in ci_images if "/vllm-ascend:" in tag)
+    lock = docker_client.containers.run(serving, "cat /etc/ascend-images/backend-lock.txt", remove=True,
+                                        entrypoint="").decode()
+    assert "\n# overrides: opencv-python-headless==4.11.0.86\n" in lock, "CI's vLLM image overrides nothing any more"
+    tag = derived(docker_client, serving, "ascend-images-test/broken-override:latest",
+                  "RUN sed -i '/^# overrides: /d' /etc/ascend-images/backend-lock.txt\n", tmp_path)
+    try:
+        result = run_image_suite(tag, work_dir, ["-k", "test_pip_check or test_labels"])
+    finally:
+        docker_client.images.remove(tag, force=True)
+    assert "test_pip_check" in result.failed and "test_labels" not in result.failed, result.failed
