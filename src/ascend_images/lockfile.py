@@ -54,6 +54,8 @@ class LockSpec:
     torch_index_url: str = ""
     # NAME==VERSION requirements that win over every other requirement on NAME (uv --override)
     overrides: tuple[str, ...] = ()
+    # what matrix.yaml says the lock builds from sdists on this arch (None: it does not say); checked, not resolved
+    from_sdist: tuple[str, ...] | None = None
 
     @property
     def platform(self) -> str:
@@ -108,7 +110,8 @@ def lock_spec(variant: Variant) -> LockSpec:
     cann_deps = tuple(variant.matrix.spec.cann.python_deps)
     return LockSpec(variant.release_name, variant.backend, variant.arch, variant.python_version,
                     (*held, *wanted, *cann_deps), source, variant.arch_spec.torch_index_url,
-                    tuple(o.requirement for o in pins.overrides))
+                    tuple(o.requirement for o in pins.overrides),
+                    tuple(pins.from_sdist[variant.arch]) if variant.arch in pins.from_sdist else None)
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,15 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
         if got != version:
             raise LockError(f"{lock.path}: pins {name}=={got}, the release overrides it to {version}; "
                             f"regenerate it: {spec.command}")
+    built = " ".join(sorted(lock.from_source)) or "nothing"
+    where = f"releases.{spec.release}.backends.{spec.backend}.from_sdist.{spec.arch}"
+    if spec.from_sdist is None:
+        raise LockError(f"{lock.path} builds {built} from sdists on {spec.arch}, and matrix.yaml does not say so: "
+                        f"add {where}: [{', '.join(sorted(lock.from_source))}]")
+    if sorted(spec.from_sdist) != sorted(lock.from_source):
+        raise LockError(f"{lock.path} builds {built} from sdists on {spec.arch}, matrix.yaml {where} says "
+                        f"{' '.join(sorted(spec.from_sdist)) or 'nothing'}: correct the matrix, or regenerate the "
+                        f"lock: {spec.command}")
     if set(lock.overrides) != set(spec.overrides):
         raise LockError(f"{lock.path}: header 'overrides' says {' '.join(lock.overrides) or 'none'}, the release "
                         f"says {' '.join(spec.overrides) or 'none'}; regenerate it: {spec.command}")

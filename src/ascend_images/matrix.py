@@ -251,7 +251,7 @@ class Variant:
     def describe(self) -> dict[str, Any]:
         pins: dict[str, Any] = {}
         if self.backend_pins is not None:
-            pins = self.backend_pins.model_dump(by_alias=True, exclude={"overrides"})
+            pins = self.backend_pins.model_dump(by_alias=True, exclude={"overrides", "from_sdist"})
             if self.backend_pins.overrides:
                 pins["overrides"] = [o.requirement for o in self.backend_pins.overrides]
         return {

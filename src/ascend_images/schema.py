@@ -173,6 +173,9 @@ class VllmPins(Strict):
     vllm_ascend: str
     triton_ascend: str | None = None
     overrides: list[PinOverride] = Field(default_factory=list)
+    # arch -> the locked packages PyPI has no wheel of for it, built in the image from their sdists (what the
+    # lock's `from-source` header says; a lock that differs is refused)
+    from_sdist: dict[Literal["x86_64", "aarch64"], list[str]] = Field(default_factory=dict)
 
 
 class SglangPins(Strict):
@@ -184,6 +187,7 @@ class SglangPins(Strict):
     # SGLang's own NPU images install beside it (SG docker/npu*.Dockerfile)
     triton_ascend: str | None = None
     overrides: list[PinOverride] = Field(default_factory=list)
+    from_sdist: dict[Literal["x86_64", "aarch64"], list[str]] = Field(default_factory=dict)  # as VllmPins
 
 
 class ReleaseBackends(Strict):

@@ -178,6 +178,27 @@ def test_only_a_stage_whose_lock_overrides_a_pin_gets_the_waiving_pip_check(tmp_
     assert "pip-check" not in old_files and old_ctx["lock"]["overrides"] == []
 
 
+def test_the_matrix_says_what_a_lock_builds_from_sdists(tmp_path):
+    def undeclared(data):
+        data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"].pop("from_sdist")
+
+    v = variant(tmp_path / "a", undeclared, backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    _copy_locks(tmp_path / "a")
+    with pytest.raises(LockError, match=r"builds arctic-inference from sdists on aarch64, and matrix.yaml does not "
+                                        r"say so: add releases.cann8.5.0-pt2.8.0.backends.vllm.from_sdist.aarch64: "
+                                        r"\[arctic-inference\]"):
+        load_lock(v)
+
+    def wrong(data):
+        data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["sglang"]["from_sdist"] = {"aarch64": ["pyyaml"]}
+
+    v = variant(tmp_path / "b", wrong, backend="sglang", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    _copy_locks(tmp_path / "b")
+    with pytest.raises(LockError, match=r"sglang-aarch64.txt builds nothing from sdists on aarch64, matrix.yaml "
+                                        r"releases.cann8.5.0-pt2.8.0.backends.sglang.from_sdist.aarch64 says pyyaml"):
+        load_lock(v)
+
+
 def test_sdist_from_artifacts_dir_must_match_the_lock(tmp_path):
     v = variant(tmp_path, None, backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
     artifacts = tmp_path / "artifacts"
