@@ -175,20 +175,15 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
             f"{want[:12]}): requirements now {', '.join(spec.requirements)}, source {spec.source.name}=="
             f"{spec.source.version}. Regenerate it: {spec.command}"
         )
-    for requirement in spec.requirements:
+    wanted = [(r, "the release needs") for r in spec.requirements]
+    wanted += [(o, "the release overrides it to") for o in spec.overrides]
+    for requirement, says in wanted:
         name, sep, version = requirement.partition("==")
         if not sep:
             continue
         got = lock.pins.get(normalize(name))
         if got != version:
-            raise LockError(f"{lock.path}: pins {name}=={got}, the release needs {version}; "
-                            f"regenerate it: {spec.command}")
-    for override in spec.overrides:
-        name, _, version = override.partition("==")
-        got = lock.pins.get(normalize(name))
-        if got != version:
-            raise LockError(f"{lock.path}: pins {name}=={got}, the release overrides it to {version}; "
-                            f"regenerate it: {spec.command}")
+            raise LockError(f"{lock.path}: pins {name}=={got}, {says} {version}; regenerate it: {spec.command}")
     built = " ".join(sorted(lock.from_source)) or "nothing"
     where = f"releases.{spec.release}.backends.{spec.backend}.from_sdist.{spec.arch}"
     if spec.from_sdist is None:

@@ -168,17 +168,22 @@ class PinOverride(Strict):
         return value
 
 
-class VllmPins(Strict):
-    vllm: str
-    vllm_ascend: str
-    triton_ascend: str | None = None
+class LockedPins(Strict):
+    """What every backend with a lock may say about it."""
+
     overrides: list[PinOverride] = Field(default_factory=list)
     # arch -> the locked packages PyPI has no wheel of for it, built in the image from their sdists (what the
     # lock's `from-source` header says; a lock that differs is refused)
     from_sdist: dict[Literal["x86_64", "aarch64"], list[str]] = Field(default_factory=dict)
 
 
-class SglangPins(Strict):
+class VllmPins(LockedPins):
+    vllm: str
+    vllm_ascend: str
+    triton_ascend: str | None = None
+
+
+class SglangPins(LockedPins):
     sglang: str
     sgl_kernel_npu: SglKernelNpu
     # the NPU project file that replaces python/pyproject.toml before install (SG; VQ for 0.5.8)
@@ -186,8 +191,6 @@ class SglangPins(Strict):
     # SGLang's NPU code imports `triton` (sglang.srt.utils.common); on NPU that is triton-ascend, which
     # SGLang's own NPU images install beside it (SG docker/npu*.Dockerfile)
     triton_ascend: str | None = None
-    overrides: list[PinOverride] = Field(default_factory=list)
-    from_sdist: dict[Literal["x86_64", "aarch64"], list[str]] = Field(default_factory=dict)  # as VllmPins
 
 
 class ReleaseBackends(Strict):
