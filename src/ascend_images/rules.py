@@ -103,6 +103,19 @@ def _vllm_ascend_a3(v: Variant) -> str | None:
     return None
 
 
+def _vllm_ascend_sdist_sources(v: Variant) -> str | None:
+    pins = _vllm_pins(v)
+    if pins is None or "vllm-ascend" not in pins.from_sdist.get(v.arch, []):
+        return None
+    lacking = v.matrix.spec.backends["vllm"].sdist_lacks_catlass
+    if pins.vllm_ascend in lacking:
+        return (f"releases.{v.release_name}.backends.vllm.from_sdist.{v.arch} builds vllm-ascend {pins.vllm_ascend} "
+                f"from its PyPI sdist, which has no csrc/third_party/catlass for {v.device}'s custom ops; valid: its "
+                f"wheel (leave vllm-ascend out of from_sdist), or a vllm-ascend whose sdist carries catlass (not "
+                f"{', '.join(lacking)})")
+    return None
+
+
 def _sglang_python(v: Variant) -> str | None:
     spec = v.matrix.spec.backends["sglang"].python
     if _sglang_pins(v) is None or not isinstance(spec, str):
@@ -198,6 +211,9 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm-ascend-python", "error", "vllm-ascend supports only its Python range", "VA", _vllm_ascend_python),
     Rule("vllm-ascend-a3", "error", "A3 support starts at vllm-ascend {spec.backends[vllm].min_a3}",
          "VA", _vllm_ascend_a3),
+    Rule("vllm-ascend-sdist-sources", "error",
+         "a vllm-ascend sdist without catlass (backends.vllm.sdist_lacks_catlass) cannot build A2/A3 custom ops",
+         "VA (csrc/build_aclnn.sh, .gitmodules); PyPI sdist file lists", _vllm_ascend_sdist_sources),
     Rule("sglang-python", "error", "SGLang on NPU needs Python {spec.backends[sglang].python}",
          "SG; ref002", _sglang_python),
     Rule("sglang-min-cann", "error", "SGLang on NPU needs CANN >= {spec.backends[sglang].min_cann}",

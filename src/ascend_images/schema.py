@@ -141,6 +141,8 @@ class BackendSpec(Strict):
     min_version: str | None = None
     min_cann: str | None = None
     kernel_release_cann: list[str] = Field(default_factory=list)
+    # vllm-ascend versions whose PyPI sdist lacks the catlass sources its A2/A3 custom-op build needs
+    sdist_lacks_catlass: list[str] = Field(default_factory=list)
     source: str
 
 

@@ -58,6 +58,11 @@ CASES = [
     ("vllm-ascend-a3", dict(release=R85, backend="vllm"),
      (set_pins(R85, "vllm", vllm="0.9.1", vllm_ascend="0.9.1"), dict(release=R85, backend="vllm")),
      "vllm-ascend 0.9.1 does not support A3; valid: vllm-ascend >= 0.10.0rc1"),
+    # the passing case builds arctic-inference from its sdist, as the real release does on aarch64
+    ("vllm-ascend-sdist-sources", dict(release=R85, backend="vllm", arch="aarch64"),
+     (set_pins(R85, "vllm", from_sdist={"aarch64": ["arctic-inference", "vllm-ascend"]}),
+      dict(release=R85, backend="vllm", arch="aarch64")),
+     "builds vllm-ascend 0.13.0 from its PyPI sdist, which has no csrc/third_party/catlass for a3's custom ops"),
     ("sglang-python", dict(release=R85, backend="sglang"),
      (lambda d: d["python"]["system"].update(version="3.12"), dict(release=R85, backend="sglang")),
      "python 3.12 does not satisfy SGLang's ==3.11.*"),
