@@ -65,9 +65,48 @@ LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
+# --- two pytest-xdist workers (CI: `-n 2`; addopts: `--dist loadgroup`): an emulated check keeps one core busy,
+# and this machine has two. A worker runs a whole group: one image's checks (its container and its one torch import
+# are set up once), or one module's tests, split by whether they need the CI images. The first group is test_build's:
+# its worker builds the CI images from the start, while the other runs the groups that need none (those on the
+# emulated base that first worker is building come last, so they seldom wait for it); then both share the rest,
+# the long groups first and the image groups last, to fill the gaps at the end.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+NEEDS_CI_IMAGES = {"ci_builds", "ci_images"}
+BUILDS_FIRST = "tests.integration.test_build:ci"
+
+
+def _group(item) -> str:
+    image = item.callspec.params.get("image") if hasattr(item, "callspec") else None
+    if image and item.path.parent.name == "image":
+        return f"image:{image}"
+    return item.module.__name__ + (":ci" if NEEDS_CI_IMAGES & set(item.fixturenames) else "")
+
+
+def _rank(group: str, fixturenames: set[str]) -> int:
+    if group == BUILDS_FIRST:
+        return 0
+    if group.startswith("image:"):
+        return 4
+    if group.endswith(":ci"):
+        return 3
+    return 2 if "os_image" in fixturenames else 1
+
+
+def pytest_collection_modifyitems(config, items):
+    groups = {item: _group(item) for item in items}
+    rank: dict[str, int] = {}
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
+        rank[group] = max(rank.get(group, 0), _rank(group, set(item.fixturenames)))
+    items.sort(key=lambda item: rank[groups[item]])  # stable: pytest's own order is kept within a group
+
+
 @pytest.fixture(scope="session")
 def work_dir() -> Path:
-    path = ROOT / "build" / "test"
+    """Per xdist worker: the CA bundle with its marker, the fake CANN and the logs are written here, and two workers
+    writing one file at once would hand a build a half-written bundle."""
+    path = ROOT / "build" / "test" / (XDIST_WORKER or "main")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -106,17 +145,24 @@ def build_secrets(work_dir: Path) -> dict[str, Path | str]:
     return {"ca": ca, "netrc": netrc, "marker": marker}
 
 
-@pytest.fixture(scope="session")
-def os_image(docker_client) -> str:
+def debian12_os_image(docker_client, arch: str) -> str:
+    """The debootstrap OS image for `arch`, made once even when two xdist workers ask at the same moment."""
+    from ascend_images.claims import claim, claims_dir
     from ascend_images.cli import make_os_image
     from ascend_images.engine import image_exists
     from ascend_images.osimage import local_os_image
 
-    docker_arch = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
-    tag = local_os_image("debian12", docker_arch)
-    if not image_exists(docker_client, tag):
-        make_os_image(str(ROOT / "matrix.yaml"), "debian12", TEST_ARCH, print)
+    tag = local_os_image("debian12", {"aarch64": "arm64", "x86_64": "amd64"}[arch])
+    with claim(claims_dir(docker_client.info().get("ID", "engine")), f"os-image-{tag.replace('/', '_')}", tag,
+               lambda line: print(line, file=sys.stderr)):
+        if not image_exists(docker_client, tag):
+            make_os_image(str(ROOT / "matrix.yaml"), "debian12", arch, print)
     return tag
+
+
+@pytest.fixture(scope="session")
+def os_image(docker_client) -> str:
+    return debian12_os_image(docker_client, TEST_ARCH)
 
 
 def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print,
@@ -136,8 +182,8 @@ def live_output(config):
     capture = config.pluginmanager.getplugin("capturemanager")
 
     def out(line: str) -> None:
-        with capture.global_and_fixture_disabled():
-            print(line, flush=True)
+        with capture.global_and_fixture_disabled():  # stderr: an xdist worker's stdout is its channel
+            print(line, file=sys.stderr, flush=True)
 
     return out
 
@@ -244,14 +290,7 @@ def wheelhouse(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def os_image_amd64(docker_client) -> str:
-    from ascend_images.cli import make_os_image
-    from ascend_images.engine import image_exists
-    from ascend_images.osimage import local_os_image
-
-    tag = local_os_image("debian12", "amd64")
-    if not image_exists(docker_client, tag):
-        make_os_image(str(ROOT / "matrix.yaml"), "debian12", "x86_64", print)
-    return tag
+    return debian12_os_image(docker_client, "x86_64")
 
 
 @pytest.fixture(scope="session")
