@@ -229,10 +229,16 @@ def _local_registry(tmp_path, docker_client, users: dict[str, str] | None = None
     yield reg
     reg.stop()
     # the engine keeps a tag per push and pull; this registry's port is gone after the test, so are they
-    for image in docker_client.images.list():
-        for tag in image.tags:
-            if tag.startswith(f"{reg.host}/"):
-                docker_client.images.remove(tag, noprune=True)
+    remove_tags(docker_client, f"{reg.host}/", noprune=True)
+
+
+def remove_tags(docker_client, prefix: str, **remove_kwargs) -> None:
+    """Untag every image whose tag starts with `prefix`. One listing call: `images.list()` fetches each image
+    again by id, which fails when another xdist worker removes an image in between."""
+    for entry in docker_client.api.images():
+        for tag in entry.get("RepoTags") or []:
+            if tag.startswith(prefix):
+                docker_client.images.remove(tag, **remove_kwargs)
 
 
 @pytest.fixture

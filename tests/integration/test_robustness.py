@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, ROOT, X86_RELEASE
+from tests.conftest import IN_CI, ROOT, X86_RELEASE, remove_tags
 from tests.fixtures.signals import default_sigint
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -26,10 +26,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 def namespace(docker_client):
     ns = f"ascend-images-robust-{uuid.uuid4().hex[:8]}"
     yield ns
-    for image in docker_client.images.list():
-        for tag in image.tags:
-            if tag.startswith(f"{ns}/"):
-                docker_client.images.remove(tag, force=True)
+    remove_tags(docker_client, f"{ns}/", force=True)
 
 
 def build_args(matrix, cann, wheelhouse, ca, work_dir, namespace, device: str, **extra) -> list[str]:
