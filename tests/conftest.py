@@ -93,6 +93,9 @@ def _rank(group: str, fixturenames: set[str]) -> int:
     return 2 if "os_image" in fixturenames else 1
 
 
+# tryfirst: xdist's worker turns the xdist_group marks into node ids (`...@group`) in its own
+# pytest_collection_modifyitems, which pluggy would otherwise call before this one, while no test has a mark yet
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     groups = {item: _group(item) for item in items}
     rank: dict[str, int] = {}

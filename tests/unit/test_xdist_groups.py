@@ -1,0 +1,18 @@
+"""The groups of tests/conftest.py reach xdist's scheduler: `--dist loadgroup` keeps a group on one worker only
+when the group is in the test's node id (`path::name@group`), which xdist's worker writes from the xdist_group
+marks in its own collection hook. When that hook ran before ours (no marks yet), every test went to whichever worker
+was free: two robustness tests built x86_64 chains at once, and one's cleanup removed layers the other's build was
+using."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import XDIST_WORKER
+
+
+def test_this_test_carries_its_modules_group(request):
+    if not XDIST_WORKER:
+        pytest.skip("not on an xdist worker: the groups only matter with -n (CI runs -n 2)")
+    assert request.node.nodeid.endswith("::test_this_test_carries_its_modules_group@tests.unit.test_xdist_groups"), \
+        request.node.nodeid
