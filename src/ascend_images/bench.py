@@ -54,8 +54,9 @@ def _plan(setup: BenchSetup, matrix_path: Path | None = None, **overrides: Any) 
 
 def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool) -> tuple[float, list[StageResult]]:
     settings = replace(setup.settings, force=cold, nocache=cold)
-    quiet: list[str] = []
-    builder = Builder(setup.client, settings, out=quiet.append)
+    # the builder's own lines (stage, step, heartbeat, log path), indented under the bench's phase: a cold build
+    # of two emulated backends runs for half an hour
+    builder = Builder(setup.client, settings, out=lambda line: setup.out(f"    {line}"))
     started = time.monotonic()
     results = builder.build(plan)
     return time.monotonic() - started, results
