@@ -4,7 +4,6 @@ sha256 as the index publishes it, and a verified download."""
 from __future__ import annotations
 
 import re
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from .download import sha256_file
+from .download import DownloadError, Policy, Request, commit, fetch_file, sha256_file
 from .errors import AscendImagesError
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -101,24 +100,15 @@ def has_wheel(files: list[IndexFile], project: str, version: str, arch: str, pyt
     return False
 
 
-def download(item: IndexFile, cache_dir: Path, timeout: float = 300) -> Path:
-    """The file in cache_dir, downloaded once and checked against the index's sha256."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
+def download(item: IndexFile, cache_dir: Path, *, policy: Policy | None = None) -> Path:
+    """The file in cache_dir, downloaded once the way `invoke fetch` downloads (resumed, retried, with progress) and
+    checked against the index's sha256 before it gets its final name."""
     target = cache_dir / item.file
     if target.is_file() and sha256_file(target) == item.sha256:
         return target
-    with tempfile.NamedTemporaryFile(dir=cache_dir, prefix=f".{item.file}.", delete=False) as tmp:
-        try:
-            with urllib.request.urlopen(item.url, timeout=timeout) as response:
-                while chunk := response.read(1 << 20):
-                    tmp.write(chunk)
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            Path(tmp.name).unlink(missing_ok=True)
-            raise PackageIndexError(f"{item.url}: {getattr(exc, 'reason', exc)}") from None
-    got = sha256_file(Path(tmp.name))
-    if got != item.sha256:
-        Path(tmp.name).unlink(missing_ok=True)
-        raise PackageIndexError(f"{item.url}: sha256 {got}, the index says {item.sha256}")
-    Path(tmp.name).replace(target)
-    return target
+    try:
+        partial, _ = fetch_file(Request(item.url, item.file, item.sha256), cache_dir, policy=policy)
+    except DownloadError as exc:
+        raise PackageIndexError(str(exc)) from None
+    return commit(partial, cache_dir, item.file)
 
