@@ -7,6 +7,7 @@ images and caches are left as they are.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import shutil
@@ -46,10 +47,26 @@ class BenchSetup:
     out: Out
 
 
-def _plan(setup: BenchSetup, matrix_path: Path | None = None, **overrides: Any) -> tuple[BuildPlan, list[Variant]]:
+def _plan(setup: BenchSetup, matrix_path: Path | None = None, namespace: str | None = None,
+          **overrides: Any) -> tuple[BuildPlan, list[Variant]]:
     matrix = load_matrix(matrix_path or setup.matrix_path)
     variants = select(matrix, **{**setup.selection, **overrides})
-    return make_plan(variants, PlanOptions(setup.settings.sources.cann, setup.namespace, setup.base_images)), variants
+    options = PlanOptions(setup.settings.sources.cann, namespace or setup.namespace, setup.base_images)
+    return make_plan(variants, options), variants
+
+
+def alone_namespace(namespace: str) -> str:
+    """Where each variant is built alone. Under the selection's own tags, a forced rebuild of a shared stage would
+    move that tag to a new image, so the next plan's other children would have a new parent, a new content key,
+    and be rebuilt by the no-op measurement."""
+    return f"{namespace}-alone"
+
+
+def _remove_stage_images(client: docker.DockerClient, plan: BuildPlan) -> None:
+    """The alone builds' images, top stage first so each one's parent is untagged and childless when it goes."""
+    for stage in reversed(plan.stages):
+        with contextlib.suppress(docker.errors.APIError):  # kept: another image still builds on it
+            client.api.remove_image(stage.tag)
 
 
 def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool) -> tuple[float, list[StageResult]]:
@@ -107,10 +124,13 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     out("[bench 2/6] each variant alone, from nothing")
     alone = []
     for v in variants:
-        single, _ = _plan(setup, device=v.device, backend=v.backend, arch=v.arch, os=v.os, release=v.release_name)
+        where = {"device": v.device, "backend": v.backend, "arch": v.arch, "os": v.os, "release": v.release_name}
         if measure_alone:
+            single, _ = _plan(setup, namespace=alone_namespace(setup.namespace), **where)
             seconds, _ = _build(setup, single, cold=True)
+            _remove_stage_images(setup.client, single)
         else:  # the same work as its chain's stages in the cold build
+            single, _ = _plan(setup, **where)
             seconds = sum(r.seconds for r in cold_results if r.tag in {s.tag for s in single.stages})
         alone.append(round(seconds, 1))
         out(f"  {v.name}: {seconds:.0f}s")

@@ -1,4 +1,5 @@
 from ascend_images.bench import TARGETS, table, verdicts
+from tests.conftest import ROOT
 
 
 def report(**over):
@@ -28,3 +29,24 @@ def test_table_prints_figures_and_verdicts():
     assert "shared-stage speed-up" in text and "1.75x (target >= 1.8x)" in text
     assert "target shared_at_least_1_8x" in text and "MISSED" in text
     assert "1.00% of cold" in text
+
+
+def test_each_variant_alone_is_built_under_tags_of_its_own():
+    """The alone builds are forced: under the selection's tags they would move the shared stages' tags to new images,
+    and the no-op rebuild that follows would rebuild every child of them (it did: the vLLM stage, 12 min)."""
+    from types import SimpleNamespace
+
+    from ascend_images.bench import BenchSetup, _plan, alone_namespace
+    from ascend_images.sources import CannSource
+
+    settings = SimpleNamespace(sources=SimpleNamespace(cann=CannSource("url", strict=False)))
+    selection = {"device": "a3", "backend": "vllm,sglang", "release": "cann8.5.0-pt2.8.0", "arch": "aarch64"}
+    setup = BenchSetup(None, settings, ROOT / "matrix.yaml", selection, {}, "ascend-images-bench", print)
+    plan, variants = _plan(setup)
+    shared = [s.tag for s in plan.stages if s.kind in ("base", "cann-install", "cann", "torch")]
+    assert len(variants) == 2 and len(shared) == 4, [s.tag for s in plan.stages]
+    for v in variants:
+        alone, _ = _plan(setup, namespace=alone_namespace(setup.namespace), device=v.device, backend=v.backend,
+                         arch=v.arch, release=v.release_name)
+        tags = {s.tag for s in alone.stages}
+        assert len(tags) == 5 and not tags & {s.tag for s in plan.stages}, tags
