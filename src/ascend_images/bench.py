@@ -62,6 +62,19 @@ def alone_namespace(namespace: str) -> str:
     return f"{namespace}-alone"
 
 
+def matrix_with_env_default(matrix_path: Path, directory: Path, device: str, name: str, value: str) -> Path:
+    """`directory`/matrix.yaml: the matrix with one device env default changed. What a matrix finds beside itself
+    (locks/, the checksums file) stays what the real one finds."""
+    data = yaml.safe_load(matrix_path.read_text())
+    data["env"]["device"].setdefault(device, {})[name] = {"value": value, "source": "bench"}
+    changed = directory / "matrix.yaml"
+    changed.write_text(yaml.safe_dump(data, sort_keys=False))
+    for entry in matrix_path.resolve().parent.iterdir():
+        if entry.name != "matrix.yaml":
+            (directory / entry.name).symlink_to(entry)
+    return changed
+
+
 def _remove_stage_images(client: docker.DockerClient, plan: BuildPlan) -> None:
     """The alone builds' images, top stage first so each one's parent is untagged and childless when it goes."""
     for stage in reversed(plan.stages):
@@ -149,10 +162,7 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     device, name, value = incremental_env or (variants[-1].device, "SOC_VERSION",
                                               variants[-1].device_spec.soc_version + "x")
     with tempfile.TemporaryDirectory() as tmp:
-        data = yaml.safe_load(setup.matrix_path.read_text())
-        data["env"]["device"].setdefault(device, {})[name] = {"value": value, "source": "bench"}
-        changed = Path(tmp) / "matrix.yaml"
-        changed.write_text(yaml.safe_dump(data, sort_keys=False))
+        changed = matrix_with_env_default(setup.matrix_path, Path(tmp), device, name, value)
         changed_plan, _ = _plan(setup, matrix_path=changed)
         seconds, results = _build(setup, changed_plan, cold=False)
     rebuilt = [r.tag for r in results if r.status == "built"]

@@ -50,3 +50,19 @@ def test_each_variant_alone_is_built_under_tags_of_its_own():
                          arch=v.arch, release=v.release_name)
         tags = {s.tag for s in alone.stages}
         assert len(tags) == 5 and not tags & {s.tag for s in plan.stages}, tags
+
+
+def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
+    """The incremental step's matrix (one env default changed) lives in a directory of its own; a backend variant
+    of it must still find its lock (the first A3 vLLM + SGLang bench stopped there: no lock beside the copy)."""
+    from ascend_images.bench import matrix_with_env_default
+    from ascend_images.envs import effective_env
+    from ascend_images.lockfile import load_lock
+    from ascend_images.matrix import load_matrix, select
+
+    changed = matrix_with_env_default(ROOT / "matrix.yaml", tmp_path, "a3", "SOC_VERSION", "Ascend910_9391x")
+    matrix = load_matrix(changed)
+    assert matrix.path.parent == tmp_path
+    (variant,) = select(matrix, device="a3", backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    assert effective_env(variant)["SOC_VERSION"].value == "Ascend910_9391x"
+    assert load_lock(variant).pins["vllm-ascend"] == "0.13.0"
