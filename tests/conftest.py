@@ -76,11 +76,19 @@ NEEDS_CI_IMAGES = {"ci_builds", "ci_images"}
 BUILDS_FIRST = "tests.integration.test_build:ci"
 
 
+# Their x86_64 chains start alike on one base, so Docker's layer cache shares the first layers between them; the
+# robustness tests remove their namespaces afterwards, which prunes such a layer even while the other module's build
+# has just found it in the cache ("No such image"). One worker runs them one after another.
+X86_CHAIN_MODULES = {"tests.integration.test_robustness", "tests.integration.test_wheelhouse_x86"}
+
+
 def _group(item) -> str:
     image = item.callspec.params.get("image") if hasattr(item, "callspec") else None
     if image and item.path.parent.name == "image":
         return f"image:{image}"
-    return item.module.__name__ + (":ci" if NEEDS_CI_IMAGES & set(item.fixturenames) else "")
+    if NEEDS_CI_IMAGES & set(item.fixturenames):
+        return f"{item.module.__name__}:ci"
+    return "x86_64-chains" if item.module.__name__ in X86_CHAIN_MODULES else item.module.__name__
 
 
 def _rank(group: str, fixturenames: set[str]) -> int:

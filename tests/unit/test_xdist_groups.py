@@ -16,3 +16,16 @@ def test_this_test_carries_its_modules_group(request):
         pytest.skip("not on an xdist worker: the groups only matter with -n (CI runs -n 2)")
     assert request.node.nodeid.endswith("::test_this_test_carries_its_modules_group@tests.unit.test_xdist_groups"), \
         request.node.nodeid
+
+
+def test_the_modules_building_x86_64_chains_share_one_group(request):
+    if not XDIST_WORKER:
+        pytest.skip("not on an xdist worker: the groups only matter with -n (CI runs -n 2)")
+    modules = ("tests/integration/test_robustness.py::", "tests/integration/test_wheelhouse_x86.py::")
+    ids = [item.nodeid for item in request.session.items if item.nodeid.startswith(modules)]
+    if not ids:
+        pytest.skip("neither module was collected in this run")
+    groups = dict(nodeid.split("::", 1)[1].rsplit("@", 1) for nodeid in ids)
+    # the one test that needs the CI images (a registry that is not there) stays with the CI images' groups
+    assert groups.pop("test_unreachable_registry") == "tests.integration.test_robustness:ci"
+    assert set(groups.values()) == {"x86_64-chains"}, groups
