@@ -10,9 +10,10 @@ from invoke import Exit, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from ascend_images import cli, workflow
+from ascend_images import commands as cli
 from ascend_images.errors import AscendImagesError
 from ascend_images.lint import lint as lint_all
+from ascend_images.release import workflow
 
 SELECTION_HELP = {
     "device": "a2, a3 or both (comma-separated); default: both",
@@ -80,7 +81,7 @@ def _run(fn, *args, **kwargs):
     import docker
     import requests
 
-    from ascend_images.engine import explain
+    from ascend_images.builder.engine import explain
     from ascend_images.errors import Interrupted
 
     try:
@@ -265,7 +266,7 @@ def ci_matrix(c, matrix="matrix.yaml", lists=False):
 @task(name="published-refs", help={"report": "a publish report (repeatable)"}, iterable=["report"])
 def published_refs(c, report=None):
     """REF@DIGEST of every tag the given publish reports pushed, one per line."""
-    from ascend_images.publish import report_refs
+    from ascend_images.release.publish import report_refs
 
     for ref in _run(report_refs, [Path(p) for p in report or []]):
         print(ref)

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ascend_images.matrix import Matrix, load_matrix  # noqa: E402
+from ascend_images.matrix.model import Matrix, load_matrix  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -158,10 +158,10 @@ def build_secrets(work_dir: Path) -> dict[str, Path | str]:
 
 def debian12_os_image(docker_client, arch: str) -> str:
     """The debootstrap OS image for `arch`, made once even when two xdist workers ask at the same moment."""
-    from ascend_images.claims import claim, claims_dir
-    from ascend_images.cli import make_os_image
-    from ascend_images.engine import image_exists
-    from ascend_images.osimage import local_os_image
+    from ascend_images.builder.claims import claim, claims_dir
+    from ascend_images.builder.engine import image_exists
+    from ascend_images.commands import make_os_image
+    from ascend_images.inputs.osimage import local_os_image
 
     tag = local_os_image("debian12", {"aarch64": "arm64", "x86_64": "amd64"}[arch])
     with claim(claims_dir(docker_client.info().get("ID", "engine")), f"os-image-{tag.replace('/', '_')}", tag,
@@ -178,7 +178,7 @@ def os_image(docker_client) -> str:
 
 def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print,
                        artifacts_dir: Path | None = None, jobs: int = 2):
-    from ascend_images import cli
+    from ascend_images import commands as cli
 
     sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **selection)
     flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir),

@@ -23,9 +23,9 @@ from typing import Any
 import docker
 import yaml
 
-from .build import Builder, BuildSettings, StageResult
-from .matrix import Variant, load_matrix, select
-from .plan import BuildPlan, PlanOptions, make_plan
+from ascend_images.builder.build import Builder, BuildSettings, StageResult
+from ascend_images.matrix.model import Variant, load_matrix, select
+from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
 
 Out = Callable[[str], None]
 TARGETS = {

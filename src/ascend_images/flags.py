@@ -7,10 +7,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SelectionError
-from .fetch import default_cache, recorded_checksums
-from .matrix import Matrix, Variant, load_matrix, parse_env_overrides, select
-from .sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
+from ascend_images.errors import SelectionError
+from ascend_images.inputs.cache import default_cache, recorded_checksums
+from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
+from ascend_images.matrix.model import Matrix, Variant, load_matrix, parse_env_overrides, select
 
 
 @dataclass

@@ -9,13 +9,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import AscendImagesError
-from .flags import Selection, SourceFlags
-from .matrix import all_variants
-from .plan import PlanOptions, make_plan
-from .render import Renderer
-from .rendered import drift
-from .sources import CannSource, Sources
+from ascend_images.errors import AscendImagesError
+from ascend_images.flags import Selection, SourceFlags
+from ascend_images.inputs.sources import CannSource, Sources
+from ascend_images.matrix.model import all_variants
+from ascend_images.stages.drift import drift
+from ascend_images.stages.plan import PlanOptions, make_plan
+from ascend_images.stages.render import Renderer
 
 Out = Callable[[str], None]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_images.imagemeta import variant_from_labels
-from ascend_images.matrix import parse_env_overrides, select
-from ascend_images.names import image_tag
+from ascend_images.matrix.model import parse_env_overrides, select
+from ascend_images.release.imagemeta import variant_from_labels
+from ascend_images.stages.names import image_tag
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
 
 
 def ci_image_tags() -> list[str]:
     """The tags the CI selection produces, known without an engine (plans are deterministic)."""
-    from ascend_images.matrix import load_matrix
+    from ascend_images.matrix.model import load_matrix
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     tags = []

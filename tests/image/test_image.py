@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.envcapture import PATH_LIKE, clean_path_list
-from ascend_images.envs import effective_env
-from ascend_images.lockfile import parse_lock_text
-from ascend_images.pypi import normalize
+from ascend_images.inputs.lockfile import parse_lock_text
+from ascend_images.inputs.pypi import normalize
+from ascend_images.matrix.envs import effective_env
+from ascend_images.stages.envcapture import PATH_LIKE, clean_path_list
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SHELLS = {

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from ascend_images import cli
+from ascend_images import commands as cli
 from ascend_images.errors import BuildError
 from tests.conftest import CI_SELECTIONS, LEAK_MARKER_PREFIX, TEST_ARCH, TEST_NAMESPACE, build_ci_selection
 from tests.fixtures.matrices import matrix_copy
@@ -172,7 +172,7 @@ def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_
 
 
 def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fake_cann_dir, build_secrets):
-    from ascend_images.lockfile import LockError
+    from ascend_images.inputs.lockfile import LockError
 
     def other_triton(data: dict) -> None:
         data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["triton_ascend"] = "3.2.1"

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from ascend_images.imagetests import run_image_suite
+from ascend_images.runtime.imagetests import run_image_suite
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -109,7 +109,7 @@ def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_bas
 def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, work_dir, tmp_path):
     # torch_npu 2.7.1.post2 is built against torch 2.7.1; this image has torch 2.8.0. The wheel is fetched here
     # (the container has no index configuration of its own) and installed over the good one.
-    from ascend_images.pypi import PYPI_SIMPLE, download, index_files
+    from ascend_images.inputs.pypi import PYPI_SIMPLE, download, index_files
 
     (wheel,) = [f for f in index_files(PYPI_SIMPLE, "torch-npu")
                 if f.file == "torch_npu-2.7.1.post2-cp311-cp311-manylinux_2_28_aarch64.whl"]

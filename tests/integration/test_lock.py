@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from ascend_images.lockfile import check_lock, lock_spec, parse_lock
-from ascend_images.lockgen import LockMaker
-from ascend_images.matrix import load_matrix, select
+from ascend_images.inputs.lockfile import check_lock, lock_spec, parse_lock
+from ascend_images.inputs.lockgen import LockMaker
+from ascend_images.matrix.model import load_matrix, select
 from tests.conftest import ROOT
 from tests.fixtures.matrices import matrix_copy
 
@@ -60,7 +60,7 @@ def test_an_override_settles_upstreams_contradiction_and_nothing_else(tmp_path, 
     protobuf (vLLM: >=5.29.6) wins, and the lock says so."""
     from dataclasses import replace
 
-    from ascend_images.lockfile import LockError
+    from ascend_images.inputs.lockfile import LockError
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     (v,) = select(matrix, device="a3", backend="vllm", release="cann8.5.1-vllm0.18.0", arch="aarch64")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ascend_images import cli
-from ascend_images.publish import PublishError
-from ascend_images.registry import DOCKER_LIST, RegistryClient, RegistryError
+from ascend_images import commands as cli
+from ascend_images.release.publish import PublishError
+from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]

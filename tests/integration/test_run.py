@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.run import RunSpec, check_host, run_container
+from ascend_images.runtime.run import RunSpec, check_host, run_container
 from tests.conftest import ROOT
 from tests.fixtures.signals import default_sigint
 from tests.unit.test_run import make_host, needs_root

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from ascend_images.pypi import IndexFile, download
+from ascend_images.inputs.pypi import IndexFile, download
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.network]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images import cli
+from ascend_images import commands as cli
 from tests.conftest import TEST_NAMESPACE, TORCH_WHEEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -53,8 +53,8 @@ def test_two_arch_variant_publishes_one_list_with_both_platforms(docker_client, 
     """The CI flow: each arch's runner pushes its own tag (--only arch), then a merge job writes the list."""
     from dataclasses import replace
 
-    from ascend_images.publish import PublishError
-    from ascend_images.registry import RegistryClient
+    from ascend_images.release.publish import PublishError
+    from ascend_images.release.registry import RegistryClient
 
     sel, _, _ = two_arch_build
     lines: list[str] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.run import RunSpec, check_host, parse_devices, run_container
+from ascend_images.runtime.run import RunSpec, check_host, parse_devices, run_container
 
 pytestmark = [
     pytest.mark.npu,

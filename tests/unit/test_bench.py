@@ -37,7 +37,7 @@ def test_each_variant_alone_is_built_under_tags_of_its_own():
     from types import SimpleNamespace
 
     from ascend_images.bench import BenchSetup, _plan, alone_namespace
-    from ascend_images.sources import CannSource
+    from ascend_images.inputs.sources import CannSource
 
     settings = SimpleNamespace(sources=SimpleNamespace(cann=CannSource("url", strict=False)))
     selection = {"device": "a3", "backend": "vllm,sglang", "release": "cann8.5.0-pt2.8.0", "arch": "aarch64"}
@@ -56,9 +56,9 @@ def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
     """The incremental step's matrix (one env default changed) lives in a directory of its own; a backend variant
     of it must still find its lock (the first A3 vLLM + SGLang bench stopped there: no lock beside the copy)."""
     from ascend_images.bench import matrix_with_env_default
-    from ascend_images.envs import effective_env
-    from ascend_images.lockfile import load_lock
-    from ascend_images.matrix import load_matrix, select
+    from ascend_images.inputs.lockfile import load_lock
+    from ascend_images.matrix.envs import effective_env
+    from ascend_images.matrix.model import load_matrix, select
 
     changed = matrix_with_env_default(ROOT / "matrix.yaml", tmp_path, "a3", "SOC_VERSION", "Ascend910_9391x")
     matrix = load_matrix(changed)

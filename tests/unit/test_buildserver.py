@@ -3,10 +3,10 @@ import urllib.request
 
 import pytest
 
-from ascend_images.buildserver import BuildServer
-from ascend_images.envcapture import clean_path_list, diff_env
+from ascend_images.builder.buildserver import BuildServer
 from ascend_images.errors import SelectionError
-from ascend_images.sources import BuildInputs
+from ascend_images.inputs.sources import BuildInputs
+from ascend_images.stages.envcapture import clean_path_list, diff_env
 
 
 def get(url):

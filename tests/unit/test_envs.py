@@ -1,4 +1,4 @@
-from ascend_images.envs import baked_env, effective_env
+from ascend_images.matrix.envs import baked_env, effective_env
 
 from .helpers import variant
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_images import cli
-from ascend_images.artifacts import Wanted
-from ascend_images.download import PARTIAL_DIR, DownloadError, Policy
+from ascend_images import commands as cli
 from ascend_images.errors import SelectionError
-from ascend_images.fetch import CHECKSUMS_FILE, fetch_all
-from ascend_images.matrix import load_matrix
+from ascend_images.inputs.artifacts import Wanted
+from ascend_images.inputs.cache import CHECKSUMS_FILE, fetch_all
+from ascend_images.inputs.download import PARTIAL_DIR, DownloadError, Policy
+from ascend_images.matrix.model import load_matrix
 from tests.conftest import ROOT
 from tests.fixtures.httpserver import Server
 from tests.fixtures.matrices import matrix_copy as copy_matrix
@@ -165,7 +165,7 @@ def test_build_without_checksums_or_cache_says_to_fetch(tmp_path):
 
 
 def test_marked_directories_are_test_doubles(tmp_path):
-    from ascend_images.sources import TEST_DOUBLE_MARKER, CannSource
+    from ascend_images.inputs.sources import TEST_DOUBLE_MARKER, CannSource
 
     (tmp_path / "Ascend-cann-toolkit_8.5.0_linux-aarch64.run").write_text("x")
     assert not CannSource("local", tmp_path).test_double

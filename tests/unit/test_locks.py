@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.lockfile import LockError, check_lock, load_lock, lock_spec, lock_specs, locks_dir, parse_lock
-from ascend_images.lockgen import sdist_build_requirements, source_requirements, write_lock
-from ascend_images.matrix import all_variants, load_matrix
-from ascend_images.plan import PlanOptions, make_plan
-from ascend_images.pypi import IndexFile, has_wheel
-from ascend_images.render import Renderer
-from ascend_images.sources import ArtifactSource, CannSource, Sources
+from ascend_images.inputs.lockfile import LockError, check_lock, load_lock, lock_spec, lock_specs, locks_dir, parse_lock
+from ascend_images.inputs.lockgen import sdist_build_requirements, source_requirements, write_lock
+from ascend_images.inputs.pypi import IndexFile, has_wheel
+from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
+from ascend_images.matrix.model import all_variants, load_matrix
+from ascend_images.stages.plan import PlanOptions, make_plan
+from ascend_images.stages.render import Renderer
 from tests.unit.helpers import ROOT, variant
 
 # the locks a default build and CI need, for the arch most Ascend hosts run
@@ -223,7 +223,7 @@ def _sdist(tmp_path: Path, root: str, files: dict[str, str]) -> Path:
 
 
 def test_vllm_requirements_are_common_txt_and_build_system_without_torch(tmp_path):
-    from ascend_images.lockfile import SourcePackage
+    from ascend_images.inputs.lockfile import SourcePackage
 
     sdist = _sdist(tmp_path, "vllm-9.9.9", {
         "pyproject.toml": '[build-system]\nrequires = ["cmake>=3.26", "torch == 2.9.0", "setuptools-scm>=8"]\n',
@@ -237,7 +237,7 @@ def test_vllm_requirements_are_common_txt_and_build_system_without_torch(tmp_pat
 
 
 def test_sglang_requirements_expand_self_referencing_extras(tmp_path):
-    from ascend_images.lockfile import SourcePackage
+    from ascend_images.inputs.lockfile import SourcePackage
 
     sdist = _sdist(tmp_path, "sglang-0.5.8", {
         "pyproject_other.toml": (

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.npugate import NpuGateError, check_npu_gate
-from ascend_images.workflow import npu_gate
+from ascend_images.release.npugate import NpuGateError, check_npu_gate
+from ascend_images.release.workflow import npu_gate
 
 REF = "ghcr.io/o/vllm-ascend:0.13.0-cann8.5.0-a3-debian12-py3.11-arm64@sha256:" + "a" * 64
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images import cli
-from ascend_images.outdated import pinned_versions
-from ascend_images.wheelmeta import read_metadata
+from ascend_images import commands as cli
+from ascend_images.inputs.outdated import pinned_versions
+from ascend_images.inputs.wheelmeta import read_metadata
 from tests.conftest import ROOT
 from tests.fixtures.httpserver import Server
 from tests.fixtures.matrices import matrix_copy

@@ -3,9 +3,9 @@ import urllib.error
 
 import pytest
 
-from ascend_images.matrix import select
-from ascend_images.publish import PublishError, Target, group_variants
-from ascend_images.registry import Manifest, RegistryError, manifest_list, retry
+from ascend_images.matrix.model import select
+from ascend_images.release.publish import PublishError, Target, group_variants
+from ascend_images.release.registry import Manifest, RegistryError, manifest_list, retry
 
 
 def test_retry_transient_then_success():
@@ -95,7 +95,7 @@ def test_manifest_list_references_children_by_digest():
 
 def test_ci_matrix_is_a_strategy_matrix():
     from ascend_images.flags import Selection
-    from ascend_images.workflow import ci_matrix
+    from ascend_images.release.workflow import ci_matrix
 
     from .helpers import ROOT
 

@@ -8,8 +8,8 @@ import hashlib
 
 import pytest
 
-from ascend_images.download import Policy
-from ascend_images.pypi import IndexFile, PackageIndexError, download
+from ascend_images.inputs.download import Policy
+from ascend_images.inputs.pypi import IndexFile, PackageIndexError, download
 from tests.fixtures.httpserver import Server
 
 FAST = Policy(attempts=3, backoff=0.01, timeout=10)

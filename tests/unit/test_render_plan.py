@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from ascend_images.errors import SelectionError
-from ascend_images.matrix import select
-from ascend_images.plan import PlanOptions, make_plan
-from ascend_images.render import Renderer, dockerfile_value
-from ascend_images.sources import ArtifactSource, CannSource, Sources
+from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
+from ascend_images.matrix.model import select
+from ascend_images.stages.plan import PlanOptions, make_plan
+from ascend_images.stages.render import Renderer, dockerfile_value
 
 from .helpers import ROOT
 
@@ -175,7 +175,7 @@ def test_templates_dir_is_the_repo():
 def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
     """Every stage below the overlay renders to the same bytes whatever the profile or --env (found when the
     debug overlay's chain rebuilt its CANN and torch stages: their env.json named the profile)."""
-    from ascend_images.matrix import load_matrix
+    from ascend_images.matrix.model import load_matrix
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     sources = Sources(CannSource("url", strict=False))
@@ -196,8 +196,8 @@ def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
 
 def test_image_tag_needs_no_plan_and_is_the_plans_top(matrix):
     """names.image_tag answers without a plan or a CANN source; a plan's top stage carries the same tag."""
-    from ascend_images.matrix import all_variants
-    from ascend_images.names import image_tag
+    from ascend_images.matrix.model import all_variants
+    from ascend_images.stages.names import image_tag
 
     variants = all_variants(matrix) + select(matrix, device="a3", backend="vllm,sglang,none", profile="debug",
                                              allocator="tcmalloc", env={"A": "1"})

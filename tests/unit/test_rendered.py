@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from ascend_images.rendered import drift, update
+from ascend_images.stages.drift import drift, update
 from tests.fixtures.matrices import ROOT, matrix_copy
 
 

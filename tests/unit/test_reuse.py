@@ -5,8 +5,8 @@ from __future__ import annotations
 import docker
 import pytest
 
-from ascend_images.build import CONTENT_KEY_LABEL, Builder, BuildSettings
-from ascend_images.sources import CannSource, Sources
+from ascend_images.builder.build import CONTENT_KEY_LABEL, Builder, BuildSettings
+from ascend_images.inputs.sources import CannSource, Sources
 
 
 class FakeApi:

@@ -3,7 +3,7 @@
 import pytest
 
 from ascend_images.errors import RuleError
-from ascend_images.rules import RULES_BY_ID, enforce
+from ascend_images.matrix.rules import RULES_BY_ID, enforce
 
 from .helpers import variant
 
@@ -119,7 +119,7 @@ def test_enforce_raises_on_errors_and_reports_warnings(tmp_path):
 
 def test_rule_statements_are_stated_from_the_matrix(tmp_path):
     """A threshold the matrix holds is stated from it, never restated in prose beside the data."""
-    from ascend_images.matrix import load_matrix
+    from ascend_images.matrix.model import load_matrix
 
     from .helpers import mutated_matrix
 

@@ -3,7 +3,7 @@ import stat
 
 import pytest
 
-from ascend_images.run import (
+from ascend_images.runtime.run import (
     RunError,
     RunSpec,
     check_host,

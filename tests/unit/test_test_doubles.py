@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images import cli
-from ascend_images.plan import PlanOptions, make_plan
-from ascend_images.render import TEST_DOUBLE_LABEL, Renderer
+from ascend_images import commands as cli
+from ascend_images.stages.plan import PlanOptions, make_plan
+from ascend_images.stages.render import TEST_DOUBLE_LABEL, Renderer
 from tests.conftest import ROOT
 from tests.fixtures.cann_stubs.stub_source import (
     DRV_INTERNAL_ERROR,

@@ -1,6 +1,6 @@
 import pytest
 
-from ascend_images.versions import ascend, python_version_in, release_of
+from ascend_images.matrix.versions import ascend, python_version_in, release_of
 
 
 @pytest.mark.parametrize(

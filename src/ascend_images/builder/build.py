@@ -1,0 +1,358 @@
+"""Build a plan on a Docker engine with the SDK's streaming low-level API.
+
+For each stage, parents first: render its context, compute its content key (rendered context +
+parent image id + platform), reuse an image already carrying that key, or build it untagged and tag
+it only once the build has succeeded, so a failed stage never gets a tag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import hashlib
+import json
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from ascend_images.builder.buildserver import BuildServer
+from ascend_images.builder.claims import claim, claims_dir
+from ascend_images.builder.engine import disk_full
+from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
+from ascend_images.errors import BuildError, Interrupted
+from ascend_images.inputs.sources import BuildInputs, Sources
+from ascend_images.stages.envcapture import capture_env
+from ascend_images.stages.kinds import KINDS
+from ascend_images.stages.names import CONTENT_KEY_LABEL
+from ascend_images.stages.plan import BuildPlan, Stage
+from ascend_images.stages.render import Renderer
+
+KEY_VERSION = "ascend-images-content-key-v1"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    sources: Sources
+    inputs: BuildInputs = field(default_factory=BuildInputs)
+    work_dir: Path = Path("build")
+    force: bool = False  # rebuild even when an image carries the content key
+    nocache: bool = False  # and ignore Docker's layer cache too (a truly cold build, for benchmarks)
+    # stages built at once: siblings (vllm and sglang on one torch, A2 and A3 on one base) need not wait for each
+    # other; an emulated build is one busy core, so 2 halves a cold multi-variant build on a 2-core host
+    jobs: int = 1
+    revision: str = ""  # org.opencontainers.image.revision
+
+
+@dataclass
+class StageResult:
+    tag: str
+    kind: str
+    status: str  # built | reused
+    image_id: str
+    content_key: str
+    seconds: float
+    log: str | None
+    context: str
+
+
+def content_key(context_dir: Path, parent_id: str, platform: str) -> str:
+    digest = hashlib.sha256()
+    for part in (KEY_VERSION, parent_id, platform):
+        digest.update(part.encode() + b"\0")
+    for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(context_dir).as_posix()
+        digest.update(f"{rel}\0{path.stat().st_mode & 0o777:o}\0".encode())
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _claim_name(tag: str) -> str:
+    return "tag-" + hashlib.sha256(tag.encode()).hexdigest()[:32]
+
+
+def declared_args(dockerfile: str) -> set[str]:
+    return set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE))
+
+
+def _drop_connection(stream: Any) -> None:
+    """End a build's HTTP connection from another thread: the engine then stops that build and removes its
+    container. A generator cannot be closed while another thread runs it, and closing a socket does not wake a
+    thread blocked reading it; shutting the socket down does. docker-py keeps the response in the frame of its
+    stream generator."""
+    frame = getattr(stream, "gi_frame", None)
+    response = frame.f_locals.get("response") if frame is not None else None
+    raw = getattr(response, "raw", None)
+    sock = getattr(getattr(raw, "_connection", None), "sock", None)
+    if sock is None:  # the connection was already handed back: reach the socket through the file object
+        sock = getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already shut by the engine
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def git_revision(path: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return out.stdout.strip()
+
+
+
+class Builder:
+    def __init__(self, client: docker.DockerClient, settings: BuildSettings,
+                 renderer: Renderer | None = None, out: Callable[[str], None] | None = None):
+        self.client = client
+        self.settings = settings
+        self.renderer = renderer or Renderer()
+        self.out = out or printer()
+        self.results: dict[str, StageResult] = {}
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.log_dir = settings.work_dir / "logs" / stamp
+        self.context_dir = settings.work_dir / "contexts"
+        # parallel builds: the streams being read, so Ctrl-C in the main thread can drop them all
+        self._streams: set[Any] = set()
+        self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        if settings.jobs > 1:
+            plain = self.out
+
+            def out(line: str) -> None:
+                with self._lock:
+                    plain(line)
+
+            self.out = out
+
+    @functools.cached_property
+    def claims(self) -> Path:
+        """Claims are per engine: two engines on one host build independently."""
+        return claims_dir(self.client.info().get("ID", "engine"))
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _find_by_key(self, key: str, tag: str) -> str | None:
+        """An image built for the content key: the one the stage's tag points to if it is (so that forced
+        rebuilds, e.g. by the benchmark, never switch a chain to a twin and change its children's keys), else
+        the newest. Only an image whose own build set the key counts: the layers of a child's build that
+        failed or was interrupted inherit its parent's labels, key included, and must never stand in for it."""
+        try:
+            tagged = self.client.api.inspect_image(tag)
+            labels = tagged["Config"].get("Labels") or {}
+            if labels.get(CONTENT_KEY_LABEL) == key and self._built_for(tagged["Id"], key):
+                return tagged["Id"]
+        except docker.errors.ImageNotFound:
+            pass
+        # all=True: a stage image whose tag moved on is "intermediate" to the engine once it has children
+        found = self.client.api.images(all=True, filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
+        own = [image for image in found if self._built_for(image["Id"], key)]
+        return max(own, key=lambda image: image.get("Created", 0))["Id"] if own else None
+
+    def _built_for(self, image_id: str, key: str) -> bool:
+        """The builder adds its labels as the last steps of a build: the key is in one of the top entries."""
+        history = self.client.api.history(image_id)
+        return any(f"{CONTENT_KEY_LABEL}={key}" in (entry.get("CreatedBy") or "") for entry in history[:4])
+
+    def _tag(self, image_id: str, tag: str) -> None:
+        repo, _, name = tag.rpartition(":")
+        self.client.api.tag(image_id, repo, name, force=True)
+
+    def _external_parent_id(self, stage: Stage, platform: str) -> str:
+        ref = stage.parent_ref
+        try:
+            return self.client.api.inspect_image(ref)["Id"]
+        except docker.errors.ImageNotFound:
+            pass
+        self.out(f"pulling {ref} ({platform}) ...")
+        try:
+            self.client.api.pull(ref, platform=platform)
+            return self.client.api.inspect_image(ref)["Id"]
+        except docker.errors.APIError as exc:
+            hint = ""
+            if stage.kind == "base":
+                hint = (f"\nWith no registry, make the OS image locally: invoke os-image --os {stage.variant.os} "
+                        f"--arch {stage.variant.arch} (then build again, or pass --base-image REF)")
+            raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
+
+    def _platform(self, stage: Stage) -> str:
+        return stage.variant.arch_spec.docker_platform
+
+    # --- one stage -----------------------------------------------------------------------------
+    def build_stage(self, stage: Stage, index: int, total: int, server: BuildServer) -> StageResult:
+        started = time.monotonic()
+        platform = self._platform(stage)
+        label = f"[{index}/{total} {stage.kind}]"
+        if stage.parent is not None:
+            parent_id = self.results[stage.parent.tag].image_id
+        else:
+            parent_id = self._external_parent_id(stage, platform)
+        # Another process on this host may be building the same stage (same tag: same context directory) or
+        # the same content under another tag: claim both, wait for the holder, then reuse what it built.
+        with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
+            captured = None
+            if KINDS[stage.kind].captures_env:
+                captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
+            ctx, files = self.renderer.context(stage, self.settings.sources, captured)
+            context = self.renderer.write(stage, self.context_dir, ctx, files)
+            key = content_key(context, parent_id, platform)
+            existing = None if self.settings.force else self._find_by_key(key, stage.tag)
+            if existing:
+                return self._reuse(label, stage, existing, key, started, context)
+            with claim(self.claims, key, f"{label} {stage.tag}", self.out) as waited:
+                existing = self._find_by_key(key, stage.tag) if waited and not self.settings.force else None
+                if existing:
+                    return self._reuse(label, stage, existing, key, started, context)
+                return self._build_claimed(stage, label, index, key, context, server, started)
+
+    def _reuse(self, label: str, stage: Stage, image_id: str, key: str, started: float,
+               context: Path) -> StageResult:
+        self._tag(image_id, stage.tag)
+        self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
+        return StageResult(stage.tag, stage.kind, "reused", image_id, key, time.monotonic() - started, None,
+                           str(context))
+
+    def _build_claimed(self, stage: Stage, label: str, index: int, key: str, context: Path, server: BuildServer,
+                       started: float) -> StageResult:
+        if self._cancelled.is_set():  # Ctrl-C came while this stage waited for its claim
+            raise Interrupted(f"{label} {stage.tag} not started; no tag was set for it")
+        platform = self._platform(stage)
+        log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
+        self.out(f"{label} {stage.tag}: building (log {log_path})")
+        dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
+        args = {"ASCEND_BUILD_SERVER": server.url, "OS_MIRROR": self.settings.inputs.os_mirror}
+        buildargs = {k: v for k, v in args.items() if k in declared_args(dockerfile)}
+        labels = {
+            CONTENT_KEY_LABEL: key,
+            "org.opencontainers.image.created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "org.opencontainers.image.revision": self.settings.revision,
+        }
+        image_id = None
+        error = None
+        with StageProgress(label, log_path, self.out) as progress:
+            stream = self.client.api.build(
+                path=str(context), rm=True, forcerm=True, pull=False, decode=True, nocache=self.settings.nocache,
+                network_mode="host", platform=platform, buildargs=buildargs, labels=labels,
+            )
+            with self._lock:
+                self._streams.add(stream)
+            interrupted = f"{label} {stage.tag} stopped at step {{}} after {{}}; no tag was set for it, the " \
+                          f"stages before it are kept and reused next time. Log: {log_path}"
+            try:
+                for chunk in stream:
+                    if "stream" in chunk:
+                        for text in chunk["stream"].splitlines():
+                            progress.line(text)
+                    if "aux" in chunk and "ID" in chunk["aux"]:
+                        image_id = chunk["aux"]["ID"]
+                    if "error" in chunk:
+                        error = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                        progress.line(f"ERROR: {error}")
+            except KeyboardInterrupt:
+                # dropping the connection makes the engine cancel the build and remove its container
+                stream.close()
+                progress.line("INTERRUPTED (Ctrl-C)")
+                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed))) from None
+            except Exception:
+                if not self._cancelled.is_set():
+                    raise
+                # another thread took Ctrl-C and dropped this stage's connection (parallel builds)
+                progress.line("INTERRUPTED (Ctrl-C)")
+                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed))) from None
+            finally:
+                with self._lock:
+                    self._streams.discard(stream)
+            if self._cancelled.is_set():
+                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed)))
+            step = progress.step
+        # ENOSPC inside a RUN step shows only in its output; the step itself just "returned a non-zero code"
+        if error and disk_full(f"{error}\n{progress.tail()}"):
+            error += " (the engine's disk is full: free space with `docker system prune`, then run again)"
+        if error or not image_id:
+            raise BuildError(
+                f"{label} {stage.tag} failed at step {step or '?'} after {fmt_seconds(progress.elapsed)}: "
+                f"{error or 'the builder returned no image id'}\n"
+                f"--- last lines of {log_path} ---\n{progress.tail()}\n--- full log: {log_path}\n"
+                f"(no tag was set for {stage.tag})"
+            )
+        self._tag(image_id, stage.tag)
+        seconds = time.monotonic() - started
+        self.out(f"{label} {stage.tag}: built in {fmt_seconds(seconds)} ({image_id[7:19]})")
+        return StageResult(stage.tag, stage.kind, "built", image_id, key, seconds, str(log_path), str(context))
+
+    # --- a whole plan --------------------------------------------------------------------------
+    def build(self, plan: BuildPlan) -> list[StageResult]:
+        total = len(plan.stages)
+        started = time.monotonic()
+        sources = self.settings.sources
+        cann_dir = sources.cann.directory if sources.cann.kind == "local" else sources.cann.cache
+        artifacts_dir = sources.artifacts.directory or sources.artifacts.cache
+        with BuildServer(self.settings.inputs, cann_dir, artifacts_dir) as server:
+            if self.settings.jobs > 1:
+                self._build_parallel(plan, server)
+            else:
+                for index, stage in enumerate(plan.stages, 1):
+                    self.results[stage.tag] = self.build_stage(stage, index, total, server)
+        results = [self.results[s.tag] for s in plan.stages]
+        built = sum(r.status == "built" for r in results)
+        self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, "
+                 f"{total - built} reused, {total} stages")
+        self._write_report(plan, results)
+        return results
+
+    def _build_parallel(self, plan: BuildPlan, server: BuildServer) -> None:
+        """Up to `jobs` stages at once, each as soon as its parent is built. After a failure nothing new starts,
+        the running stages finish, and the first error is raised. Ctrl-C drops every running build's connection
+        (the engine stops those builds) and raises Interrupted naming them."""
+        index = {s.tag: i for i, s in enumerate(plan.stages, 1)}
+        total, pending = len(plan.stages), list(plan.stages)
+        running: dict[Future[StageResult], Stage] = {}
+        errors: list[BaseException] = []
+        with ThreadPoolExecutor(max_workers=self.settings.jobs, thread_name_prefix="stage") as pool:
+            try:
+                while pending or running:
+                    for stage in [s for s in pending if not errors]:
+                        if len(running) >= self.settings.jobs:
+                            break
+                        if stage.parent is None or stage.parent.tag in self.results:
+                            pending.remove(stage)
+                            running[pool.submit(self.build_stage, stage, index[stage.tag], total, server)] = stage
+                    if not running:
+                        break
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        stage = running.pop(future)
+                        try:
+                            self.results[stage.tag] = future.result()
+                        except BaseException as exc:
+                            errors.append(exc)
+            except KeyboardInterrupt:
+                self._cancelled.set()
+                with self._lock:
+                    for stream in list(self._streams):
+                        _drop_connection(stream)
+                stopped = [running[f].tag for f in running]
+                wait(running)
+                raise Interrupted(f"stopped {', '.join(stopped) or 'between stages'}; no tag was set for them, "
+                                  f"the stages built before are kept and reused next time. Logs: "
+                                  f"{self.log_dir}") from None
+        if errors:
+            raise errors[0]
+
+    def _write_report(self, plan: BuildPlan, results: list[StageResult]) -> None:
+        report = {
+            "stages": [asdict(r) for r in results],
+            "variants": {v.name: {"image": top.tag, **v.describe()} for v, top in plan.tops.items()},
+        }
+        path = self.settings.work_dir / "build-report.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

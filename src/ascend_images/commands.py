@@ -1,0 +1,451 @@
+"""What each invoke task does, kept out of tasks.py so the tasks stay thin and testable."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from ascend_images.errors import AscendImagesError, SelectionError
+from ascend_images.flags import InputFlags, LockFlags, RunFlags, Selection, SourceFlags
+from ascend_images.inputs.lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
+from ascend_images.inputs.sources import parse_checksums
+from ascend_images.matrix.envs import effective_env
+from ascend_images.matrix.model import Variant, all_variants, choices, load_matrix, parse_env_overrides
+from ascend_images.matrix.rules import RULES, enforce, evaluate
+from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
+from ascend_images.stages.kinds import KINDS
+from ascend_images.stages.names import DEFAULT_NAMESPACE, TEST_DOUBLE_LABEL, image_tag, label
+from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
+from ascend_images.stages.render import Renderer
+
+Out = Callable[[str], None]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def check_rules(variants: list[Variant], out: Out) -> None:
+    enforce(variants, warn=out)
+
+
+# --- invoke matrix -------------------------------------------------------------------------------
+def show_matrix(sel: Selection, out: Out) -> int:
+    matrix = sel.load()
+    variants = all_variants(matrix)
+    violations = evaluate(variants)
+    by_variant: dict[str, list[str]] = {}
+    for v in violations:
+        by_variant.setdefault(v.variant, []).append(f"{v.rule.severity}:{v.rule.id}")
+    out(f"{matrix.path}: {len(matrix.spec.releases)} releases, {len(variants)} variants, {len(RULES)} rules\n")
+    out(f"{'release':28} {'cann':8} {'hdk>=':9} {'torch':7} {'torch_npu':13} {'python':15} backends")
+    for name, rel in matrix.spec.releases.items():
+        backends = []
+        for b in sorted(rel.backends.model_fields_set):
+            pins = getattr(rel.backends, b)
+            backends.append(b if not hasattr(pins, "model_dump") else
+                            f"{b}({', '.join(f'{k}={v}' for k, v in pins.model_dump().items() if isinstance(v, str))})")
+        pair = matrix.spec.torch.pairs[rel.torch_npu]
+        hdk = rel.hdk_floor or matrix.spec.cann.releases[rel.cann].hdk_floor
+        out(f"{name:28} {rel.cann:8} {hdk:9} {pair.torch:7} {rel.torch_npu:13} {','.join(rel.python):15} "
+            f"{' '.join(backends)}")
+    out("")
+    out(f"{'variant':70} status")
+    errors = 0
+    for v in variants:
+        marks = by_variant.get(v.name, [])
+        errors += any(m.startswith("error") for m in marks)
+        out(f"{v.name:70} {'ok' if not marks else ' '.join(marks)}")
+    out(f"\n{len(variants) - len(by_variant)} clean, {len(by_variant)} with findings, {errors} with errors")
+    return 1 if errors else 0
+
+
+# --- invoke env ------------------------------------------------------------------------------------
+def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
+    variants = sel.variants()
+    check_rules(variants, out)
+    for v in variants:
+        env = effective_env(v)
+        if as_json:
+            out(json.dumps({"variant": v.name, "variables": {k: e.as_dict() for k, e in env.items()}}, indent=2))
+            continue
+        out(f"# {v.name} (profile {v.profile})")
+        out(f"{'NAME':48} {'VALUE':28} {'LAYER':18} SOURCE")
+        for e in env.values():
+            over = f"  (overrides {', '.join(f'{layer}={value}' for layer, value in e.overrides)})" if e.overrides \
+                else ""
+            out(f"{e.name:48} {e.value:28} {e.layer:18} {e.source}{over}")
+        out("# plus what the CANN env scripts set, captured at build time: " + "; ".join(v.env_scripts))
+    return 0
+
+
+# --- invoke render ---------------------------------------------------------------------------------
+def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out,
+                     namespace: str = "ascend-images", base_image: str | None = None) -> BuildPlan:
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    sources = flags.sources(matrix, strict=False)
+    plan = make_plan(variants, PlanOptions(sources.cann, namespace, base_images(variants, base_image)))
+    renderer = Renderer()
+    # render everything in memory first: a failure leaves no new directory behind
+    rendered = []
+    for stage in plan.stages:
+        ctx, files = renderer.context(stage, sources)
+        rendered.append((stage, ctx, files, renderer.render_text(stage, ctx)))
+    for stage, ctx, files, dockerfile in rendered:
+        path = renderer.write(stage, out_dir, ctx, files, dockerfile)
+        out(f"{stage.kind:13} {stage.tag:80} {path}")
+    for stage, ctx, _, _ in rendered:
+        if ctx.get("lock", {}).get("missing"):
+            out(f"note: {stage.tag}: no fresh backend lock, a build would stop here: {ctx['lock']['missing']}")
+    if any("sha256-missing" in (out_dir / s.slug / "Dockerfile").read_text() for s in plan.stages):
+        out("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
+            "(--checksums FILE, or --cann-dir/--artifacts-dir)")
+    return plan
+
+
+def committed_renderings(matrix: str, out: Out, update: bool = False) -> int:
+    """`invoke render --check | --update`: the committed rendered/ Dockerfiles."""
+    from ascend_images.stages import drift as rendered
+
+    if update:
+        count, directory = rendered.update(matrix)
+        out(f"wrote {count} Dockerfiles to {directory}")
+        return 0
+    result, directory = rendered.drift(matrix)
+    if result.clean:
+        out(f"{directory}: up to date with matrix.yaml and images/")
+        return 0
+    out(result.diff[:20000])
+    out(result.summary(directory))
+    return 1
+
+
+def base_images(variants: Iterable[Variant], explicit: str | None,
+                exists: Callable[[str], bool] | None = None) -> dict[tuple[str, str], str]:
+    """(os, arch) -> the image the base stage starts FROM.
+
+    --base-image wins; else a locally made `ascend-images/os:<os>-<arch>` (invoke os-image) when the
+    engine has it; else the matrix's image for that OS.
+    """
+    from ascend_images.inputs.osimage import local_os_image
+
+    pairs = sorted({(v.os, v.arch) for v in variants})
+    if explicit and len(pairs) > 1:
+        raise SelectionError(
+            f"--base-image names one image but the selection spans {len(pairs)} OS/arch pairs "
+            f"({', '.join(f'{o}/{a}' for o, a in pairs)}); select one --os and one --arch"
+        )
+    out = {}
+    for v in variants:
+        key = (v.os, v.arch)
+        if explicit:
+            out[key] = explicit
+            continue
+        local = local_os_image(v.os, v.arch_spec.debian_arch)
+        out[key] = local if exists and exists(local) else v.os_spec.image
+    return out
+
+
+# --- invoke build / os-image -----------------------------------------------------------------------
+def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None) -> list:
+    """`invoke fetch`: every download the selection needs, into the cache (CANN too, unless it comes from
+    --cann-dir or an image)."""
+    from ascend_images.inputs.cache import fetch_all, wanted_for
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    kind = flags.cann_kind or matrix.spec.defaults.cann_source
+    wanted = wanted_for(variants, cann=kind == "url")
+    if flags.artifacts_dir:  # those come from the directory the user named
+        wanted = [w for w in wanted if w.mount != "artifacts"]
+    cache = flags.cache()
+    out(f"fetch: {len(wanted)} file(s) for {len(variants)} variant(s) into {cache}")
+    given = parse_checksums(Path(flags.checksums)) if flags.checksums else {}
+    results = fetch_all(matrix, wanted, cache, out, checksums=given, stream=stream)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    out("fetch: " + (", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing to fetch"))
+    return results
+
+
+def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
+                    work_dir: Path = Path("build"), namespace: str = "ascend-images",
+                    base_image: str | None = None, force: bool = False,
+                    fetch: bool = False, jobs: int = 1) -> tuple[BuildPlan, list]:
+    """Validate everything, then build; returns (plan, results)."""
+    if jobs < 1:
+        raise SelectionError(f"--jobs {jobs}: at least 1 (stages built at once)")
+    from ascend_images.builder.build import Builder, BuildSettings, git_revision
+    from ascend_images.builder.engine import connect, image_exists
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    if fetch:
+        fetch_selection(sel, flags, out)
+    sources = flags.sources(matrix)
+    doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
+                                       ("artifacts", sources.artifacts.test_double)) if used]
+    if doubles and namespace == DEFAULT_NAMESPACE:
+        raise SelectionError(f"the {' and '.join(doubles)} are test doubles (tests/fixtures): build them under "
+                             f"a namespace of their own, e.g. --namespace {DEFAULT_NAMESPACE}-demo, so their tags "
+                             "never look like a real build's")
+    inputs = input_flags.inputs()
+    client = connect()
+    bases = base_images(variants, base_image, lambda ref: image_exists(client, ref))
+    plan = make_plan(variants, PlanOptions(sources.cann, namespace, bases))
+    # resolve every download and backend lock before the first stage starts, so a missing checksum or a
+    # stale lock fails in seconds, not after an hour of CANN and torch
+    renderer = Renderer()
+    for stage in plan.stages:
+        if not KINDS[stage.kind].captures_env:  # needs the env captured from its built parent image
+            renderer.context(stage, sources)
+    out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
+    for stage in plan.stages:
+        out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
+    settings = BuildSettings(sources, inputs, work_dir, force=force, revision=git_revision(PROJECT_ROOT), jobs=jobs)
+    builder = Builder(client, settings, out=out)
+    results = builder.build(plan)
+    for v in variants:
+        out(f"image for {v.name}: {plan.top(v).tag}")
+    return plan, results
+
+
+def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: str | None = None,
+                  work_dir: Path = Path("build")) -> str:
+    from ascend_images.builder.engine import connect
+    from ascend_images.inputs.osimage import make_os_image as make
+    from ascend_images.inputs.osimage import os_image_spec
+
+    spec = os_image_spec(load_matrix(matrix_path), os_name, arch, mirror)
+    client = connect()
+    out(f"debootstrap {spec.suite} ({spec.docker_arch}) from {spec.mirror} -> {spec.tag}")
+    tag = make(client, spec, work_dir / "logs")
+    out(f"loaded {tag}")
+    return tag
+
+
+# --- invoke test -----------------------------------------------------------------------------------
+def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
+                work_dir: Path = Path("build"), namespace: str = "ascend-images") -> list[ImageTestResult]:
+    if not images:
+        plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace)
+        images = [plan.top(v).tag for v in sel.variants()]
+    results = []
+    for image in images:
+        out(f"testing {image}")
+        results.append(run_image_suite(image, work_dir))
+    out(f"\n{'image':90} {'passed':>6} {'failed':>6} {'skipped':>7}")
+    for r in results:
+        out(f"{r.image:90} {r.passed:6} {len(r.failed):6} {r.skipped:7}")
+        for name in r.failed:
+            out(f"    FAILED {name}")
+    return results
+
+
+# --- invoke run ------------------------------------------------------------------------------------
+def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, command: list[str],
+              print_only: bool = False, namespace: str = "ascend-images") -> int:
+    from ascend_images.builder.engine import connect, image_exists
+    from ascend_images.runtime.run import (
+        RunError,
+        RunSpec,
+        check_host,
+        check_spec,
+        compose_service,
+        docker_run_line,
+        parse_devices,
+        run_container,
+    )
+
+    if flags.mode not in ("manual", "runtime"):
+        raise RunError(f"--mode {flags.mode!r}: valid: manual (--device passthrough), runtime (Ascend Docker Runtime)")
+    if flags.driver_mounts not in ("auto", "minimal", "full"):
+        raise RunError(f"--driver-mounts {flags.driver_mounts!r}: valid: auto (full for 2+ NPUs or A3), minimal "
+                       "(driver lib64 and version.info), full (the whole driver tree)")
+    matrix = sel.load()
+    device = None
+    if image is None:
+        variants = sel.variants(matrix)
+        if len(variants) != 1:
+            raise SelectionError(f"the selection names {len(variants)} images; narrow it or pass --image REF")
+        image, device = image_tag(variants[0], namespace), variants[0].device
+    spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
+                   mode=flags.mode, host_root=Path(flags.host_root),  # type: ignore[arg-type]
+                   driver_mounts=flags.driver_mounts,  # type: ignore[arg-type]
+                   shm_size=flags.shm_size, ipc_host=flags.ipc_host, network_host=flags.network_host,
+                   env=parse_env_overrides(sel.env), name=flags.name, device=device)
+    client = None if print_only else connect()
+    if client is not None:
+        if not image_exists(client, image):
+            raise RunError(f"image {image} is not on this engine; build it first (invoke build ...) or pull it")
+        device = client.images.get(image).labels.get(label("device"), device)
+    devices_spec = matrix.spec.devices.get(device) if device else None
+    spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1)
+    for warning in check_spec(spec):
+        out(f"warning: {warning}")
+    if print_only:
+        out(docker_run_line(spec))
+        out("")
+        out(compose_service(spec))
+        return 0
+    runtimes = set(client.info().get("Runtimes", {})) if client else None
+    check_host(spec, runtimes)
+    return run_container(client, spec, sys.stdout)
+
+
+# --- invoke bench ----------------------------------------------------------------------------------
+def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, json_path: Path,
+          work_dir: Path = Path("build"), namespace: str = "ascend-images-bench", runs: int = 7,
+          measure_alone: bool = True) -> dict:
+    from ascend_images.bench import BenchSetup, run_bench, table
+    from ascend_images.builder.build import BuildSettings, git_revision
+    from ascend_images.builder.engine import connect, image_exists
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    client = connect()
+    selection = {"device": sel.device, "backend": sel.backend, "release": sel.release, "os": sel.os,
+                 "arch": sel.arch, "python": sel.python}
+    settings = BuildSettings(flags.sources(matrix), input_flags.inputs(), work_dir,
+                             revision=git_revision(PROJECT_ROOT))
+    setup = BenchSetup(client, settings, Path(sel.matrix), selection,
+                       base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out)
+    report = run_bench(setup, runs=runs, measure_alone=measure_alone)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    out("")
+    out(table(report))
+    out(f"\nJSON: {json_path}")
+    return report
+
+
+# --- invoke publish / ci-matrix --------------------------------------------------------------------
+def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, force: bool = False,
+            namespace: str = "ascend-images", report_path: Path = Path("build/publish-report.json"),
+            on_step: Callable[[str, str], None] | None = None, only: str = "all",
+            allow_test_double: bool = False) -> dict:
+    """Push the selection's images (as built: the same flags as `invoke build`) to REGISTRY."""
+    from ascend_images.builder.engine import connect
+    from ascend_images.release.publish import Publisher, Target, group_variants, write_report
+    from ascend_images.release.registry import RegistryClient
+
+    target = Target.parse(registry)
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants, out)
+    groups = group_variants(variants, namespace, target)
+    # the merge job writes lists from what the registry holds: it needs no engine, and may run where none is
+    publisher = Publisher(None if only == "lists" else connect(), RegistryClient(target.registry), target, out,
+                          force=force, dry_run=dry_run,
+                          allow_test_double=allow_test_double, on_step=on_step)
+    report = publisher.run(groups, only=only)
+    if not dry_run:
+        write_report(report, report_path)
+        out(f"report: {report_path}")
+    return report
+
+
+# --- invoke outdated ------------------------------------------------------------------------------
+def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[str] | None = None,
+                  pre: bool = False, limit: int = 5, as_json: bool = False) -> list:
+    from ascend_images.inputs.outdated import as_json as to_json
+    from ascend_images.inputs.outdated import outdated, pinned_versions, table
+
+    matrix = sel.load()
+    known = list(pinned_versions(matrix))
+    for name in packages or []:
+        if name not in known:
+            raise SelectionError(f"--package {name!r}: the matrix pins {', '.join(known)}")
+    rows = outdated(matrix, index_url, out, packages=packages, pre=pre, limit=limit)
+    if as_json:
+        out(to_json(rows))
+    else:
+        out(table(rows, pinned_versions(matrix)) if rows else "nothing newer than the matrix on the index")
+    return rows
+
+
+# --- invoke inspect / diff -------------------------------------------------------------------------
+def inspect_image(ref: str, out: Out, as_json: bool = False) -> dict:
+    from ascend_images.builder.engine import connect
+    from ascend_images.release.imagemeta import image_facts
+
+    facts = image_facts(connect(), ref)
+    if as_json:
+        out(json.dumps(facts, indent=2))
+        return facts
+    out(f"{facts['ref']}  {facts['id'][:19]}  {facts['architecture']}  {facts['size_mb']} MB")
+    double = facts["labels"].get(TEST_DOUBLE_LABEL)
+    if double:
+        out(f"TEST DOUBLE: built with fake {double} (tests/fixtures); invoke publish refuses it")
+    for section in ("labels", "cann", "python", "env"):
+        out(f"\n[{section}]")
+        for key, value in facts[section].items():
+            out(f"  {key} = {value}")
+    return facts
+
+
+def diff_images(a: str, b: str, out: Out) -> int:
+    from ascend_images.builder.engine import connect
+    from ascend_images.release.imagemeta import diff_facts, image_facts
+
+    client = connect()
+    rows = diff_facts(image_facts(client, a), image_facts(client, b))
+    out(f"--- {a}\n+++ {b}")
+    for section, key, left, right in rows:
+        out(f"[{section}] {key}: {'(absent)' if left is None else left} -> {'(absent)' if right is None else right}")
+    out(f"{len(rows)} difference(s)")
+    return len(rows)
+
+
+# --- invoke lock -----------------------------------------------------------------------------------
+def lock_selection(sel: Selection, flags: LockFlags) -> list[LockSpec]:
+    matrix = sel.load()
+    variants = all_variants(matrix)
+    releases = choices("release", "--release", flags.release, matrix.spec.releases)
+    backends = choices("backend", "--backend", flags.backend, ["vllm", "sglang"])
+    arches = choices("arch", "--arch", flags.arch, matrix.spec.arches)
+    chosen = [v for v in variants if v.release_name in releases and v.backend in backends and v.arch in arches]
+    specs = lock_specs(matrix, chosen)
+    if not specs:
+        raise SelectionError("no release in the selection has a vllm or sglang backend to lock")
+    return specs
+
+
+def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache_dir: Path) -> int:
+    """--check: report each lock's state without network (exit 1 when any is missing or stale).
+    Otherwise resolve and write each lock; one failure does not stop the others."""
+    from ascend_images.inputs.lockgen import LockMaker
+    from ascend_images.inputs.pypi import PYPI_SIMPLE
+
+    matrix = sel.load()
+    root = locks_dir(matrix)
+    specs = lock_selection(sel, flags)
+    failed = 0
+    maker = LockMaker(out, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
+                      tuple(flags.extra_index_urls))
+    for spec in specs:
+        path = spec.path(root)
+        try:
+            if check:
+                if not path.is_file():
+                    raise LockError(f"missing: {spec.command}")
+                check_lock(spec, parse_lock(path))
+                out(f"ok      {path.relative_to(root.parent)}")
+                continue
+            started = time.monotonic()
+            written = maker.make(spec, root)
+            pins = parse_lock(written).pins
+            out(f"wrote   {written.relative_to(root.parent)}: {len(pins)} packages "
+                f"({time.monotonic() - started:.1f}s)")
+        except AscendImagesError as exc:
+            failed += 1
+            out(f"FAILED  {path.relative_to(root.parent)}: {exc}")
+    out(f"{len(specs) - failed} of {len(specs)} locks {'fresh' if check else 'written'}")
+    return 1 if failed else 0

@@ -1,0 +1,66 @@
+"""What a variant downloads that is not a Python package from an index: CANN .run packages, the
+sgl-kernel-npu release zip or source tree, BiSheng Python, and the backend's source sdist. One list,
+read by rendering (where each file comes from), `invoke fetch` (what to download) and the checks."""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+
+from ascend_images.inputs.lockfile import LockError, load_lock
+from ascend_images.matrix.model import Variant
+from ascend_images.matrix.schema import SglangPins
+
+
+@dataclass(frozen=True)
+class Wanted:
+    key: str  # toolkit | ops | nnal | kernel_release | kernel_source | python | <lib> | sdist
+    file: str
+    url: str
+    mount: str  # where the build server serves a local copy: cann | artifacts
+    sha256: str | None = None  # published (matrix, lock); None when upstream publishes none
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def cann_wanted(v: Variant) -> list[Wanted]:
+    cann = v.matrix.spec.cann
+    version = urllib.parse.quote(v.release.cann)
+    referer = {"Referer": cann.download_referer} if cann.download_referer else {}
+    return [Wanted(kind, f, cann.download_url.format(version=version, file=f), "cann", v.cann.sha256.get(f), referer)
+            for kind, f in v.package_files().items()]
+
+
+def sglang_wanted(v: Variant) -> list[Wanted]:
+    pins = v.backend_pins
+    if v.backend != "sglang" or not isinstance(pins, SglangPins):
+        return []
+    spec = v.matrix.spec.backends["sglang"]
+    fmt = {"version": pins.sglang, "tag": pins.sgl_kernel_npu.tag, "torch": v.torch,
+           "cann": v.cann_version.tag, "chip": v.device_spec.chip, "arch": v.arch}
+    key = "kernel_release" if pins.sgl_kernel_npu.from_ == "release" else "kernel_source"
+    file = spec.artifacts[key].file.format(**fmt)
+    return [Wanted(key, file, spec.artifacts[key].url.format(**fmt), "artifacts", spec.sha256.get(file))]
+
+
+def bisheng_wanted(v: Variant) -> list[Wanted]:
+    if v.python == "system":
+        return []
+    py = v.python_spec
+    out = [Wanted("python", "py311_bisheng.tar.gz", py.tarball_url or "", "artifacts",
+                  py.sha256.get("py311_bisheng.tar.gz"))]
+    return out + [Wanted(lib, lib, f"{py.libs_url}{lib}", "artifacts", py.sha256.get(lib)) for lib in py.libs]
+
+
+def sdist_wanted(v: Variant) -> list[Wanted]:
+    if v.backend == "none":
+        return []
+    try:
+        file, url, sha256 = load_lock(v).source_sdist
+    except LockError:
+        return []  # a build stops on the missing lock itself, with the command that makes it
+    return [Wanted("sdist", file, url, "artifacts", sha256)]
+
+
+def variant_wanted(v: Variant, cann: bool = True) -> list[Wanted]:
+    """Everything the variant downloads, CANN first (the largest), in install order."""
+    return [*(cann_wanted(v) if cann else []), *bisheng_wanted(v), *sglang_wanted(v), *sdist_wanted(v)]

@@ -1,0 +1,225 @@
+"""Backend lock files: what a release's backend stage installs, every version pinned, per arch.
+
+A lock lives at `locks/<release>/<backend>-<arch>.txt` beside matrix.yaml. Its body is a pip
+requirements file (one `name==version` per package, produced by a resolver for the target platform);
+its header records what it was made from, including a hash of the matrix inputs, so a lock that no
+longer matches the matrix is refused instead of silently building other versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ascend_images.errors import SelectionError
+from ascend_images.inputs.pypi import normalize
+from ascend_images.matrix.model import Matrix, Variant
+from ascend_images.matrix.schema import SglangPins, VllmPins
+
+LOCK_FORMAT = 1
+# The lowest glibc of the OSes we build (Ubuntu 22.04: 2.35): a lock resolved for it installs on all.
+GLIBC_FLOOR = "manylinux_2_35"
+# Already installed by the torch stage; a backend lock pins them to the release's versions and the
+# build refuses a lock that does not.
+HELD = ("torch", "torch-npu")
+
+
+class LockError(SelectionError):
+    """A backend lock is missing, stale, or does not hold the release's pins."""
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """The backend package built from its sdist after the lock is installed (vLLM for no CUDA;
+    SGLang with its NPU project file)."""
+
+    name: str
+    version: str
+    project_file: str | None = None
+
+
+@dataclass(frozen=True)
+class LockSpec:
+    """Everything from matrix.yaml a lock depends on."""
+
+    release: str
+    backend: str
+    arch: str
+    python_version: str
+    requirements: tuple[str, ...]
+    source: SourcePackage
+    torch_index_url: str = ""
+    # NAME==VERSION requirements that win over every other requirement on NAME (uv --override)
+    overrides: tuple[str, ...] = ()
+    # what matrix.yaml says the lock builds from sdists on this arch (None: it does not say); checked, not resolved
+    from_sdist: tuple[str, ...] | None = None
+
+    @property
+    def platform(self) -> str:
+        return f"{self.arch}-{GLIBC_FLOOR}"
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python_version.replace(".", "")
+
+    def inputs_sha256(self) -> str:
+        doc = {
+            "format": LOCK_FORMAT, "release": self.release, "backend": self.backend, "arch": self.arch,
+            "python": self.python_version, "platform": self.platform, "requirements": list(self.requirements),
+            "source": [self.source.name, self.source.version, self.source.project_file],
+        }
+        if self.overrides:  # only when present, so locks made before overrides existed stay valid
+            doc["overrides"] = list(self.overrides)
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    def path(self, root: Path) -> Path:
+        return root / self.release / f"{self.backend}-{self.arch}.txt"
+
+    @property
+    def command(self) -> str:
+        return f"invoke lock --release {self.release} --backend {self.backend} --arch {self.arch}"
+
+
+def locks_dir(matrix: Matrix) -> Path:
+    return matrix.path.parent / "locks"
+
+
+def lock_spec(variant: Variant) -> LockSpec:
+    pins = variant.backend_pins
+    local = variant.arch_spec.torch_local_version
+    held = (f"torch=={variant.torch}{local}", f"torch-npu=={variant.torch_npu}")
+    if isinstance(pins, VllmPins):
+        wanted = [f"vllm-ascend=={pins.vllm_ascend}"]
+        if pins.triton_ascend:
+            wanted.append(f"triton-ascend=={pins.triton_ascend}")
+        source = SourcePackage("vllm", pins.vllm)
+    elif isinstance(pins, SglangPins):
+        # sgl-kernel-npu is not on any index: its wheels come from a checksummed zip (--no-deps)
+        wanted = []
+        if pins.triton_ascend:
+            # triton-ascend's Ascend backend imports pybind11 without declaring it; SG's NPU images install
+            # pybind11 before triton-ascend (docker/npu_openeuler.Dockerfile)
+            wanted += [f"triton-ascend=={pins.triton_ascend}", "pybind11"]
+        source = SourcePackage("sglang", pins.sglang, pins.project_file)
+    else:
+        raise LockError(f"backend {variant.backend!r} has no lock: only vllm and sglang stages install from one")
+    # the CANN stage installed these for the toolkit's own Python tools; a backend must keep them working
+    cann_deps = tuple(variant.matrix.spec.cann.python_deps)
+    return LockSpec(variant.release_name, variant.backend, variant.arch, variant.python_version,
+                    (*held, *wanted, *cann_deps), source, variant.arch_spec.torch_index_url,
+                    tuple(o.requirement for o in pins.overrides),
+                    tuple(pins.from_sdist[variant.arch]) if variant.arch in pins.from_sdist else None)
+
+
+@dataclass(frozen=True)
+class Lock:
+    path: Path
+    header: dict[str, str]
+    pins: dict[str, str]  # normalised name -> version
+    text: str
+    build_requirements: tuple[str, ...] = field(default=())
+    from_source: tuple[str, ...] = field(default=())
+    overrides: tuple[str, ...] = field(default=())
+
+    @property
+    def source_sdist(self) -> tuple[str, str, str]:
+        """(file, url, sha256) of the source package's sdist, as the index published it."""
+        parts = self.header.get("source-sdist", "").split()
+        if len(parts) != 3 or not parts[2].startswith("sha256:"):
+            raise LockError(f"{self.path}: header 'source-sdist' must be '<file> <url> sha256:<hex>'")
+        return parts[0], parts[1], parts[2].removeprefix("sha256:")
+
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;#]+)")
+
+
+def parse_lock(path: Path) -> Lock:
+    return parse_lock_text(path.read_text(encoding="utf-8"), path)
+
+
+def parse_lock_text(text: str, path: Path) -> Lock:
+    """A lock's header and pins; `path` names it in errors (the text may come from elsewhere, e.g. an image)."""
+    header: dict[str, str] = {}
+    pins: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("# ") and ": " in line and not pins:
+            key, _, value = line[2:].partition(": ")
+            header[key.strip()] = value.strip()
+            continue
+        body = line.split("#", 1)[0].strip()
+        if not body:
+            continue
+        match = _PIN.match(body)
+        if not match:
+            raise LockError(f"{path}:{n}: expected 'name==version', got {body!r}")
+        pins[normalize(match.group(1))] = match.group(3)
+    return Lock(path, header, pins, text,
+                tuple(header.get("build-requirements", "").split()), tuple(header.get("from-source", "").split()),
+                tuple(header.get("overrides", "").split()))
+
+
+def check_lock(spec: LockSpec, lock: Lock) -> None:
+    """Raise LockError unless the lock was made from exactly these inputs and pins what they say."""
+    if lock.header.get("format") != str(LOCK_FORMAT):
+        raise LockError(f"{lock.path}: lock format {lock.header.get('format')!r}, this tool reads "
+                        f"{LOCK_FORMAT}; regenerate it: {spec.command}")
+    want = spec.inputs_sha256()
+    have = lock.header.get("inputs-sha256", "")
+    if have != want:
+        raise LockError(
+            f"{lock.path} is stale: it was resolved from other inputs than matrix.yaml now gives for "
+            f"{spec.release}/{spec.backend}/{spec.arch} (inputs-sha256 {have[:12] or 'missing'}, matrix "
+            f"{want[:12]}): requirements now {', '.join(spec.requirements)}, source {spec.source.name}=="
+            f"{spec.source.version}. Regenerate it: {spec.command}"
+        )
+    wanted = [(r, "the release needs") for r in spec.requirements]
+    wanted += [(o, "the release overrides it to") for o in spec.overrides]
+    for requirement, says in wanted:
+        name, sep, version = requirement.partition("==")
+        if not sep:
+            continue
+        got = lock.pins.get(normalize(name))
+        if got != version:
+            raise LockError(f"{lock.path}: pins {name}=={got}, {says} {version}; regenerate it: {spec.command}")
+    built = " ".join(sorted(lock.from_source)) or "nothing"
+    where = f"releases.{spec.release}.backends.{spec.backend}.from_sdist.{spec.arch}"
+    if spec.from_sdist is None:
+        raise LockError(f"{lock.path} builds {built} from sdists on {spec.arch}, and matrix.yaml does not say so: "
+                        f"add {where}: [{', '.join(sorted(lock.from_source))}]")
+    if sorted(spec.from_sdist) != sorted(lock.from_source):
+        raise LockError(f"{lock.path} builds {built} from sdists on {spec.arch}, matrix.yaml {where} says "
+                        f"{' '.join(sorted(spec.from_sdist)) or 'nothing'}: correct the matrix, or regenerate the "
+                        f"lock: {spec.command}")
+    if set(lock.overrides) != set(spec.overrides):
+        raise LockError(f"{lock.path}: header 'overrides' says {' '.join(lock.overrides) or 'none'}, the release "
+                        f"says {' '.join(spec.overrides) or 'none'}; regenerate it: {spec.command}")
+    lock.source_sdist  # noqa: B018 - validates the header
+
+
+def load_lock(variant: Variant, root: Path | None = None) -> Lock:
+    spec = lock_spec(variant)
+    path = spec.path(root or locks_dir(variant.matrix))
+    if not path.is_file():
+        raise LockError(
+            f"no lock for {spec.release}/{spec.backend}/{spec.arch}: {path} does not exist. "
+            f"Make it with: {spec.command}"
+            + (f" (needs the torch index {spec.torch_index_url})" if spec.torch_index_url else "")
+            + (f". matrix.yaml says this release is blocked: {variant.release.blocked}"
+               if variant.release.blocked else "")
+        )
+    lock = parse_lock(path)
+    check_lock(spec, lock)
+    return lock
+
+
+def lock_specs(matrix: Matrix, variants: list[Variant]) -> list[LockSpec]:
+    """One spec per (release, backend, arch) among the variants that have a backend."""
+    seen: dict[tuple[str, str, str], LockSpec] = {}
+    for v in variants:
+        if v.backend in ("vllm", "sglang"):
+            spec = lock_spec(v)
+            seen.setdefault((spec.release, spec.backend, spec.arch), spec)
+    return [seen[k] for k in sorted(seen)]

@@ -1,0 +1,264 @@
+"""Make a backend lock: resolve, with uv, what a backend stage installs for the target platform and
+Python (not this host's), and write it with the header lockfile.py checks.
+
+What gets resolved is what the stage installs: the release's torch pair and backend pins, the
+runtime and build requirements of the source package exactly as its build reads them (vLLM's
+requirements/common.txt for VLLM_TARGET_DEVICE=empty; SGLang's NPU project file), and the build
+requirements of any locked package that has no wheel for the platform and must be built in the image.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import tomllib
+import urllib.parse
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from ascend_images.inputs.lockfile import (
+    HELD,
+    LOCK_FORMAT,
+    LockError,
+    LockSpec,
+    SourcePackage,
+    check_lock,
+    parse_lock,
+    parse_lock_text,
+)
+from ascend_images.inputs.pypi import PYPI_SIMPLE, IndexFile, download, find_sdist, has_wheel, index_files, normalize
+
+Out = Callable[[str], None]
+# Packages that only make sense with CUDA: a lock holding one would put CUDA in an NPU image.
+CUDA_PREFIXES = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "sgl-kernel")
+MAX_ROUNDS = 5
+
+
+def uv_binary() -> str:
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin  # the `uv` wheel ships its binary with a finder
+    except ImportError:
+        raise LockError("uv is not installed: pip install -e '.[lock]'") from None
+    return find_uv_bin()
+
+
+def _member(tar: tarfile.TarFile, rel: str) -> str:
+    root = tar.getnames()[0].split("/", 1)[0]
+    try:
+        handle = tar.extractfile(f"{root}/{rel}")
+    except KeyError:
+        handle = None
+    if handle is None:
+        raise LockError(f"{tar.name}: has no {rel}")
+    return handle.read().decode("utf-8")
+
+
+def _requirement_lines(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].split("\t#", 1)[0].strip()
+        if line and not line.startswith(("#", "-")):
+            out.append(line)
+    return out
+
+
+def _expand_extra(project: dict, name: str, extra: str, seen: set[str] | None = None) -> list[str]:
+    """An extra's requirements with self-references (`sglang[runtime_common]`) expanded."""
+    seen = seen if seen is not None else set()
+    if extra in seen:
+        return []
+    seen.add(extra)
+    extras = project.get("optional-dependencies", {})
+    if extra not in extras:
+        raise LockError(f"{name}: the project file has no extra {extra!r} (it has: {', '.join(sorted(extras))})")
+    out = []
+    for item in extras[extra]:
+        req = Requirement(item)
+        if normalize(req.name) == normalize(name):
+            for sub in sorted(req.extras):
+                out += _expand_extra(project, name, sub, seen)
+        else:
+            out.append(item)
+    return out
+
+
+def source_requirements(source: SourcePackage, sdist: Path) -> tuple[list[str], list[str]]:
+    """(runtime, build) requirements of the source package, read from its sdist the way its build reads them."""
+    with tarfile.open(sdist) as tar:
+        if source.name == "vllm":
+            runtime = _requirement_lines(_member(tar, "requirements/common.txt"))
+            build = tomllib.loads(_member(tar, "pyproject.toml"))["build-system"]["requires"]
+        elif source.name == "sglang":
+            project_file = source.project_file or "pyproject.toml"
+            doc = tomllib.loads(_member(tar, project_file))
+            runtime = list(doc["project"].get("dependencies", []))
+            runtime += _expand_extra(doc["project"], source.name, "srt_npu")
+            build = doc["build-system"]["requires"]
+        else:
+            raise LockError(f"no recipe for the source package {source.name!r}")
+    return runtime, [r for r in build if normalize(Requirement(r).name) not in HELD]
+
+
+def sdist_build_requirements(sdist: Path) -> list[str]:
+    """PEP 518 build requirements of an sdist (setuptools' defaults when it declares none)."""
+    if not sdist.name.endswith(".tar.gz"):
+        raise LockError(f"{sdist.name}: only .tar.gz sdists are read")
+    with tarfile.open(sdist) as tar:
+        try:
+            doc = tomllib.loads(_member(tar, "pyproject.toml"))
+        except LockError:
+            doc = {}
+    requires = doc.get("build-system", {}).get("requires", ["setuptools>=40.8.0", "wheel"])
+    return [r for r in requires if normalize(Requirement(r).name) not in HELD]
+
+
+def _public(url: str) -> str:
+    """A URL without credentials, for the lock header."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class LockMaker:
+    def __init__(self, out: Out, cache_dir: Path, index_url: str = PYPI_SIMPLE, torch_index_url: str | None = None,
+                 extra_index_urls: tuple[str, ...] = ()):
+        self.out = out
+        self.cache_dir = cache_dir
+        self.index_url = index_url
+        self.extra_index_urls = extra_index_urls
+        self.torch_index_url = torch_index_url
+        self._files: dict[str, list[IndexFile]] = {}
+
+    def files(self, project: str) -> list[IndexFile]:
+        key = normalize(project)
+        if key not in self._files:
+            self._files[key] = index_files(self.index_url, project)
+        return self._files[key]
+
+    def _resolve(self, spec: LockSpec, lines: list[str], work: Path) -> dict[str, str]:
+        (work / "requirements.in").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        overrides: list[str] = []
+        if spec.overrides:
+            (work / "overrides.txt").write_text("\n".join(spec.overrides) + "\n", encoding="utf-8")
+            overrides = ["--override", "overrides.txt"]
+        cmd = [uv_binary(), "pip", "compile", "requirements.in", "-o", "resolved.txt", "--quiet", *overrides,
+               "--python-platform", spec.platform, "--python-version", spec.python_version,
+               "--no-header", "--annotation-style", "line", "--index-url", self.index_url]
+        torch_index = spec.torch_index_url if self.torch_index_url is None else self.torch_index_url
+        extras = [u for u in (torch_index, *self.extra_index_urls) if u]
+        for url in extras:
+            cmd += ["--extra-index-url", url]
+        if extras:
+            cmd += ["--index-strategy", "unsafe-best-match"]
+        result = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+        if result.returncode != 0:
+            hint = (f" (the x86_64 torch CPU build is on {torch_index}; pass --torch-index-url for a mirror)"
+                    if torch_index else "")
+            raise LockError(f"uv could not resolve {spec.release}/{spec.backend}/{spec.arch}{hint}:\n"
+                            + (result.stderr.strip() or result.stdout.strip()))
+        return parse_lock(work / "resolved.txt").pins
+
+    def _needs_build(self, spec: LockSpec, pins: dict[str, str]) -> list[str]:
+        names = [n for n in pins if n not in HELD]
+        with ThreadPoolExecutor(8) as pool:
+            wheels = dict(zip(names, pool.map(
+                lambda n: has_wheel(self.files(n), n, pins[n], spec.arch, spec.python_tag), names), strict=True))
+        return sorted(n for n, ok in wheels.items() if not ok)
+
+    def make(self, spec: LockSpec, root: Path) -> Path:
+        source = spec.source
+        sdist_item = find_sdist(self.files(source.name), source.name, source.version)
+        self.out(f"[lock] {spec.release}/{spec.backend}/{spec.arch}: {sdist_item.file} "
+                 f"(sha256 {sdist_item.sha256[:12]})")
+        runtime, build = source_requirements(source, download(sdist_item, self.cache_dir))
+        from_source: list[str] = []
+        # Sdists build without isolation, against the image's packages: as torch's, a build requirement's pin on a
+        # package the runtime set already has yields to the runtime's version (arctic-inference 0.1.1 pins
+        # protobuf==5.29.5 to build, vLLM 0.18.0 needs protobuf>=5.29.6 to run); the header lists each one.
+        relaxed: list[str] = []
+        with tempfile.TemporaryDirectory(prefix="ascend-lock.") as tmp:
+            work = Path(tmp)
+            for _ in range(MAX_ROUNDS):
+                lines = [f"# {spec.release} {spec.backend} {spec.arch}: release pins", *spec.requirements,
+                         f"# {source.name} {source.version}: runtime requirements as its build reads them", *runtime,
+                         "# build requirements (installed first; sdists build without isolation)", *build]
+                pins = self._resolve(spec, lines, work)
+                new = [n for n in self._needs_build(spec, pins) if n not in from_source]
+                if not new:
+                    break
+                for name in new:
+                    item = find_sdist(self.files(name), name, pins[name])
+                    extra = sdist_build_requirements(download(item, self.cache_dir))
+                    self.out(f"[lock]   {name} {pins[name]} has no {spec.platform} wheel: built in the image "
+                             f"(build requirements: {', '.join(extra)})")
+                    for i, requirement in enumerate(extra):
+                        req = Requirement(requirement)
+                        have = pins.get(normalize(req.name))
+                        if have is not None and not req.specifier.contains(have, prereleases=True):
+                            relaxed.append(f"{requirement.replace(' ', '')}({name})")
+                            extra[i] = req.name
+                            self.out(f"[lock]     {requirement} yields to the runtime's {req.name}=={have} "
+                                     "(no build isolation)")
+                    build = sorted({*build, *extra})
+                from_source += new
+            else:
+                raise LockError(f"{spec.release}/{spec.backend}/{spec.arch}: build requirements did not settle "
+                                f"after {MAX_ROUNDS} rounds (from source: {', '.join(from_source)})")
+            body = (work / "resolved.txt").read_text(encoding="utf-8")
+        cuda = sorted(n for n in pins if n.startswith(CUDA_PREFIXES))
+        if cuda:
+            raise LockError(f"{spec.release}/{spec.backend}/{spec.arch}: the resolution pulls CUDA packages "
+                            f"({', '.join(cuda)}); an NPU image must not carry them")
+        build_names = sorted({normalize(Requirement(r).name) for r in build})
+        header = [
+            f"# ascend-images backend lock for {spec.release} / {spec.backend} / {spec.arch}, "
+            f"Python {spec.python_version}",
+            "# Resolved for the target platform by `invoke lock`; do not edit, regenerate with the command below.",
+            f"# format: {LOCK_FORMAT}",
+            f"# release: {spec.release}",
+            f"# backend: {spec.backend}",
+            f"# arch: {spec.arch}",
+            f"# python: {spec.python_version}",
+            f"# platform: {spec.platform}",
+            f"# inputs-sha256: {spec.inputs_sha256()}",
+            f"# regenerate: {spec.command}",
+            f"# resolver: {_uv_version()} pip compile",
+            f"# index: {' '.join(_public(u) for u in (self.index_url, *self.extra_index_urls))}",
+            f"# source-package: {source.name}=={source.version}"
+            + (f" ({source.project_file})" if source.project_file else ""),
+            f"# source-sdist: {sdist_item.file} {sdist_item.url} sha256:{sdist_item.sha256}",
+            f"# build-requirements: {' '.join(build_names)}",
+            f"# from-source: {' '.join(sorted(from_source))}",
+        ]
+        if relaxed:
+            header.append(f"# build-pins-relaxed: {' '.join(relaxed)}")
+        if spec.overrides:
+            header.append(f"# overrides: {' '.join(spec.overrides)}")
+        return write_lock(spec, root, "\n".join(header) + "\n" + body)
+
+
+def _uv_version() -> str:
+    result = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True)
+    return result.stdout.strip() or "uv"
+
+
+def write_lock(spec: LockSpec, root: Path, text: str) -> Path:
+    """Atomic: a lock that fails its own check is never left in place."""
+    path = spec.path(root)
+    check_lock(spec, parse_lock_text(text, path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+

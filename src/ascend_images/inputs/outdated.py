@@ -1,0 +1,199 @@
+"""`invoke outdated`: what is newer on the index than what matrix.yaml pins, and whether it can be built.
+
+For each package the matrix pins, every newer release on the (PEP 503) index, read from the index itself:
+which platforms have a CPython 3.11 wheel, whether an sdist exists, what the wheel's metadata pins (torch,
+torch-npu, triton-ascend, vllm) and its Python range, and what stands in the way of a release built on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from ascend_images.inputs.pypi import IndexFile, PackageIndexError, index_files, normalize
+from ascend_images.inputs.wheelmeta import WheelMetadataError, read_metadata
+from ascend_images.matrix.model import Matrix
+from ascend_images.matrix.schema import SglangPins, VllmPins
+
+ARCHES = ("x86_64", "aarch64")
+PINS_OF_INTEREST = ("torch", "torch-npu", "triton-ascend", "vllm")
+PYTHON = "3.11"
+
+
+@dataclass
+class Candidate:
+    package: str
+    version: str
+    wheels: dict[str, bool]  # arch -> a cp311 (or abi3/py3) Linux wheel exists
+    sdist: bool
+    pins: dict[str, str] = field(default_factory=dict)  # name -> specifier, from the wheel's metadata
+    requires_python: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return "ok" if not self.problems else "; ".join(self.problems)
+
+
+def pinned_versions(matrix: Matrix) -> dict[str, set[str]]:
+    """package -> every version matrix.yaml pins for it."""
+    spec = matrix.spec
+    out: dict[str, set[str]] = {name: set() for name in ("torch-npu", "torch", "vllm", "vllm-ascend",
+                                                         "triton-ascend", "sglang")}
+    for version, pair in spec.torch.pairs.items():
+        out["torch-npu"].add(version)
+        out["torch"].add(pair.torch)
+    for release in spec.releases.values():
+        for backend in release.backends.model_fields_set:
+            pins = getattr(release.backends, backend)
+            if isinstance(pins, VllmPins):
+                out["vllm"].add(pins.vllm)
+                out["vllm-ascend"].add(pins.vllm_ascend)
+                if pins.triton_ascend:
+                    out["triton-ascend"].add(pins.triton_ascend)
+            elif isinstance(pins, SglangPins):
+                out["sglang"].add(pins.sglang)
+    return out
+
+
+def _version(file: str) -> tuple[Version, str] | None:
+    """(version, kind: wheel|sdist) from a distribution file name, or None for anything else."""
+    try:
+        if file.endswith(".whl"):
+            _, version, _, _ = parse_wheel_filename(file)
+            return version, "wheel"
+        _, version = parse_sdist_filename(file)
+        return version, "sdist"
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+
+
+def _wheel_arches(file: str) -> set[str]:
+    _, _, _, tags = parse_wheel_filename(file)
+    arches = set()
+    for tag in tags:
+        python_ok = tag.interpreter in ("cp311", "py3") or tag.abi == "abi3"
+        if not python_ok or (not tag.platform.startswith(("manylinux", "linux")) and tag.platform != "any"):
+            continue
+        arches |= {a for a in ARCHES if tag.platform.endswith(a) or tag.platform == "any"}
+    return arches
+
+
+def candidates(files: list[IndexFile], package: str, newer_than: Version, pre: bool = False) -> dict[str, list]:
+    by_version: dict[Version, list[tuple[IndexFile, str]]] = {}
+    for f in files:
+        parsed = _version(f.file)
+        if parsed is None:
+            continue
+        version, kind = parsed
+        if version <= newer_than or (version.is_prerelease and not pre):
+            continue
+        by_version.setdefault(version, []).append((f, kind))
+    return {str(v): by_version[v] for v in sorted(by_version, reverse=True)}
+
+
+def _pins(requires: list[str]) -> dict[str, str]:
+    out = {}
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        name = normalize(req.name)
+        if name in PINS_OF_INTEREST:
+            out[name] = str(req.specifier)
+    return out
+
+
+def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_index: Callable[[str, str], bool],
+           metadata: Callable[[str], tuple[dict[str, str], str | None]],
+           vllm_exceptions: dict[str, list[str]] | None = None) -> Candidate:
+    wheels = [f for f, kind in entries if kind == "wheel"]
+    arches = set().union(*(_wheel_arches(f.file) for f in wheels)) if wheels else set()
+    cand = Candidate(package, version, {a: a in arches for a in ARCHES}, any(k == "sdist" for _, k in entries))
+    cp311 = [f for f in wheels if _wheel_arches(f.file)]
+    if cp311:
+        # prefer the aarch64 wheel: most Ascend hosts are Kunpeng
+        chosen = sorted(cp311, key=lambda f: "aarch64" not in f.file)[0]
+        cand.pins, cand.requires_python = metadata(chosen.url)
+    if cand.requires_python and not SpecifierSet(cand.requires_python).contains(PYTHON + ".0"):
+        cand.problems.append(f"Python {PYTHON} excluded ({cand.requires_python})")
+    if not cand.wheels["aarch64"]:
+        cand.problems.append("no aarch64 wheel" + (": built from the sdist" if cand.sdist else ", no sdist"))
+    if package == "torch-npu":
+        want = version.split(".post")[0].split("+")[0]
+        torch = cand.pins.get("torch")
+        if torch and f"=={want}" not in torch.replace(" ", ""):
+            cand.problems.append(f"pins torch{torch}, not =={want} (PT's rule)")
+    for name, spec in cand.pins.items():
+        if spec.startswith("==") and name != "torch" and not on_index(name, spec[2:]):
+            cand.problems.append(f"pins {name}{spec}, which this index does not have")
+    if package == "vllm-ascend":
+        # vllm-ascend A.B.C[.postN] needs vllm A.B.C, or one of the matrix's known exceptions (VA)
+        wanted = (vllm_exceptions or {}).get(version) or [Version(version).base_version]
+        if not any(on_index("vllm", v) for v in wanted):
+            cand.problems.append(f"vllm {' or '.join(wanted)} (vllm-ascend's rule) is not on this index")
+    if package == "sglang" and not cand.sdist:
+        cand.problems.append("no sdist: the NPU build needs the tagged source tree")
+    return cand
+
+
+def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, packages: list[str] | None = None,
+             pre: bool = False, limit: int = 5) -> list[Candidate]:
+    pinned = pinned_versions(matrix)
+    listing: dict[str, list[IndexFile]] = {}
+
+    def files(name: str) -> list[IndexFile]:
+        if name not in listing:
+            try:
+                listing[name] = index_files(index_url, name)
+            except PackageIndexError:
+                listing[name] = []
+        return listing[name]
+
+    def on_index(name: str, version: str) -> bool:
+        return any((_version(f.file) or (None, ""))[0] == Version(version) for f in files(name))
+
+    def metadata(url: str) -> tuple[dict[str, str], str | None]:
+        try:
+            meta = read_metadata(url)
+        except WheelMetadataError as exc:
+            out(f"warning: {exc}")
+            return {}, None
+        return _pins(meta.requires_dist), meta.requires_python
+
+    found = []
+    for package, versions in pinned.items():
+        if packages and package not in packages:
+            continue
+        newest = max(Version(v) for v in versions)
+        newer = candidates(files(package), package, newest, pre)
+        for version, entries in list(newer.items())[:limit]:
+            found.append(assess(package, version, entries, on_index, metadata,
+                                matrix.spec.backends["vllm"].vllm_exceptions))
+    return found
+
+
+def table(rows: list[Candidate], pinned: dict[str, set[str]]) -> str:
+    lines = [f"{'package':14} {'newer':14} {'matrix has':12} {'x86_64':6} {'aarch64':7} {'sdist':5} "
+             f"{'python':12} {'pins':48} verdict"]
+    for c in rows:
+        pins = ", ".join(f"{k}{v}" for k, v in sorted(c.pins.items())) or "-"
+        newest = str(max(Version(v) for v in pinned[c.package]))
+        yes = {True: "yes", False: "no"}
+        lines.append(f"{c.package:14} {c.version:14} {newest:12} {yes[c.wheels['x86_64']]:6} "
+                     f"{yes[c.wheels['aarch64']]:7} {yes[c.sdist]:5} {c.requires_python or '-':12} {pins:48} "
+                     f"{c.verdict}")
+    return "\n".join(lines)
+
+
+def as_json(rows: list[Candidate]) -> str:
+    return json.dumps([asdict(c) | {"verdict": c.verdict} for c in rows], indent=2)

@@ -1,0 +1,114 @@
+"""One package's files on a PEP 503 simple index (PyPI or any mirror of it): which exist, their
+sha256 as the index publishes it, and a verified download."""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+from ascend_images.errors import AscendImagesError
+from ascend_images.inputs.download import DownloadError, Policy, Request, commit, fetch_file, sha256_file
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+class PackageIndexError(AscendImagesError):
+    """The index does not answer, or does not have what was asked for."""
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    file: str
+    url: str
+    sha256: str
+
+
+def normalize(name: str) -> str:
+    """PEP 503 project name normalisation."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.links.append(href)
+
+
+def index_files(index_url: str, project: str, timeout: float = 60) -> list[IndexFile]:
+    page = f"{index_url.rstrip('/')}/{normalize(project)}/"
+    try:
+        with urllib.request.urlopen(page, timeout=timeout) as response:
+            html = response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        raise PackageIndexError(f"{page}: HTTP {exc.code} (is {project!r} on this index?)") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise PackageIndexError(f"{page}: {getattr(exc, 'reason', exc)}") from None
+    parser = _Links()
+    parser.feed(html)
+    files = []
+    for href in parser.links:
+        url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
+        sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
+        files.append(IndexFile(urllib.parse.unquote(url.rsplit("/", 1)[-1]), url, sha))
+    return files
+
+
+def _version_files(files: list[IndexFile], project: str, version: str) -> list[IndexFile]:
+    stem = f"{normalize(project).replace('-', '_')}-{version}".lower()
+    stem_dash = f"{normalize(project)}-{version}".lower()
+    out = []
+    for f in files:
+        name = f.file.lower()
+        for s in (stem, stem_dash):
+            if name.startswith(s) and (name[len(s):].startswith(("-", ".tar.gz", ".zip"))):
+                out.append(f)
+                break
+    return out
+
+
+def find_sdist(files: list[IndexFile], project: str, version: str) -> IndexFile:
+    sdists = [f for f in _version_files(files, project, version) if f.file.endswith((".tar.gz", ".zip"))]
+    if not sdists:
+        raise PackageIndexError(f"{project} {version}: the index has no source distribution")
+    found = sdists[0]
+    if not found.sha256:
+        raise PackageIndexError(f"{found.url}: the index publishes no sha256 for it")
+    return found
+
+
+def has_wheel(files: list[IndexFile], project: str, version: str, arch: str, python_tag: str) -> bool:
+    """A wheel pip can install for CPython `python_tag` (cp311) on Linux `arch`."""
+    for f in _version_files(files, project, version):
+        if not f.file.endswith(".whl"):
+            continue
+        _, _, pytags, abi, plat = f.file[:-4].rsplit("-", 4)
+        py_ok = python_tag in pytags.split(".") or abi == "abi3" or pytags.startswith("py3") or "py2.py3" in pytags
+        plat_ok = plat == "any" or any(p.endswith(arch) and p.startswith("manylinux") for p in plat.split("."))
+        if py_ok and plat_ok:
+            return True
+    return False
+
+
+def download(item: IndexFile, cache_dir: Path, *, policy: Policy | None = None) -> Path:
+    """The file in cache_dir, downloaded once the way `invoke fetch` downloads (resumed, retried, with progress) and
+    checked against the index's sha256 before it gets its final name."""
+    target = cache_dir / item.file
+    if target.is_file() and sha256_file(target) == item.sha256:
+        return target
+    try:
+        partial, _ = fetch_file(Request(item.url, item.file, item.sha256), cache_dir, policy=policy)
+    except DownloadError as exc:
+        raise PackageIndexError(str(exc)) from None
+    return commit(partial, cache_dir, item.file)
+

@@ -1,0 +1,210 @@
+"""Where a build gets what it installs: CANN packages (image, url, local) and the other inputs
+(OS mirror, pip index and credentials, extra CA bundle, wheelhouse)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ascend_images.errors import SelectionError
+from ascend_images.inputs.artifacts import Wanted, cann_wanted
+from ascend_images.inputs.download import sha256_file
+from ascend_images.matrix.model import Variant
+
+CannSourceKind = Literal["image", "url", "local"]
+OFFICIAL_CANN_IMAGE = "quay.io/ascend/cann"
+# The build server's address is a build ARG, expanded by the shell inside RUN.
+SERVER_VAR = "${ASCEND_BUILD_SERVER}"
+
+
+@dataclass(frozen=True)
+class CannPackage:
+    """One CANN .run file, in install order."""
+
+    kind: str  # toolkit | ops | nnal
+    file: str
+    url: str
+    sha256: str
+
+
+def parse_checksums(path: Path) -> dict[str, str]:
+    """A sha256sum-style file: '<64 hex>  <file name>' per line."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or len(parts[0]) != 64 or any(c not in "0123456789abcdef" for c in parts[0].lower()):
+            raise SelectionError(f"{path}:{n}: expected '<sha256>  <file>', got {line!r}")
+        out[parts[1].lstrip("*").rsplit("/", 1)[-1]] = parts[0].lower()
+    return out
+
+
+MISSING_SHA256 = "sha256-missing"
+# A directory holding this file is a test double (fake CANN packages, fake kernel zips): every image
+# built from it carries the label TEST_DOUBLE_LABEL, which `invoke publish` refuses.
+TEST_DOUBLE_MARKER = "ASCEND-IMAGES-TEST-DOUBLE"
+
+
+def is_test_double(directory: Path | None) -> bool:
+    return directory is not None and (directory / TEST_DOUBLE_MARKER).is_file()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    file: str
+    url: str
+    sha256: str
+
+
+def resolve_artifacts(what: str, wanted: list[Wanted], known: dict[str, str], directory: Path | None,
+                      strict: bool, cache: Path | None = None) -> dict[str, Artifact]:
+    """Where each wanted file comes from, in this order:
+    - `directory` (--cann-dir / --artifacts-dir): every file must be there;
+    - `cache` (filled by `invoke fetch`): the files it holds;
+    - upstream, with the sha256 from `known`, required when strict.
+    A local copy is served by the build server under /<mount>/; where a sha256 is known, the copy must have it."""
+    out: dict[str, Artifact] = {}
+    if directory is not None:
+        missing = [w.file for w in wanted if not (directory / w.file).is_file()]
+        if missing:
+            have = sorted(p.name for p in directory.iterdir() if p.is_file()) or ["(nothing)"]
+            raise SelectionError(f"{what} needs {', '.join(missing)} in {directory}; it has: {', '.join(have)}")
+    for w in wanted:
+        expected = known.get(w.file) or w.sha256
+        local = next((d / w.file for d in (directory, cache) if d is not None and (d / w.file).is_file()), None)
+        if local is not None:
+            got = sha256_file(local)
+            if expected and got != expected:
+                raise SelectionError(f"{what}: {local} has sha256 {got}, but {expected} is expected "
+                                     "(matrix.yaml, the lock, or the checksums file); delete it and fetch it again")
+            out[w.key] = Artifact(w.file, f"{SERVER_VAR}/{w.mount}/{w.file}", got)
+            continue
+        if expected is None and strict:
+            raise SelectionError(
+                f"{what}: no sha256 for {w.file} (upstream publishes none). Fetch it first: `invoke fetch` "
+                "(or `invoke build ... --fetch`) downloads it and records its sha256 on first use; or pass "
+                "--checksums FILE, or put the file in a local directory (--cann-dir / --artifacts-dir)"
+            )
+        out[w.key] = Artifact(w.file, w.url, expected or MISSING_SHA256)
+    return out
+
+
+@dataclass(frozen=True)
+class CannSource:
+    kind: CannSourceKind
+    directory: Path | None = None  # local: a directory of .run packages
+    checksums: dict[str, str] = field(default_factory=dict)  # url: file -> sha256, over the matrix's
+    image: str | None = None  # image: override the official image reference
+    strict: bool = True  # False only to preview (render) without checksums
+    cache: Path | None = None  # url: files `invoke fetch` already downloaded are served from here
+
+    def __post_init__(self) -> None:
+        if self.kind == "local":
+            if self.directory is None:
+                raise SelectionError("--cann-source local needs --cann-dir DIR (a directory of CANN .run packages)")
+            if not self.directory.is_dir():
+                raise SelectionError(f"--cann-dir {self.directory}: not a directory")
+
+    @property
+    def test_double(self) -> bool:
+        return self.kind == "local" and is_test_double(self.directory)
+
+    def packages(self, variant: Variant) -> list[CannPackage]:
+        if self.kind == "image":
+            return []
+        resolved = resolve_artifacts(
+            f"CANN {variant.release.cann} for {variant.device}/{variant.arch}", cann_wanted(variant),
+            self.checksums, self.directory if self.kind == "local" else None, self.strict,
+            self.cache if self.kind == "url" else None,
+        )
+        return [CannPackage(kind, a.file, a.url, a.sha256) for kind, a in resolved.items()]
+
+    def official_image(self, variant: Variant) -> str:
+        if self.image:
+            return self.image
+        official_os = variant.os_spec.official_cann_os
+        if official_os is None:
+            valid = [n for n, o in variant.matrix.spec.os.items() if o.official_cann_os]
+            raise SelectionError(
+                f"--cann-source image: there is no official CANN image for os {variant.os!r}; "
+                f"official images exist for: {', '.join(valid)} (or pass --cann-image REF)"
+            )
+        return (
+            f"{OFFICIAL_CANN_IMAGE}:{variant.cann_version.tag}-{variant.device_spec.chip}-"
+            f"{official_os}-py{variant.python_version}"
+        )
+
+
+@dataclass(frozen=True)
+class ArtifactSource:
+    """Downloads that are not on PyPI: SGLang source trees, sgl-kernel-npu zips, BiSheng Python."""
+
+    directory: Path | None = None  # --artifacts-dir, for air-gapped hosts
+    checksums: dict[str, str] = field(default_factory=dict)
+    strict: bool = True
+    cache: Path | None = None  # files `invoke fetch` already downloaded
+
+    def __post_init__(self) -> None:
+        if self.directory is not None and not self.directory.is_dir():
+            raise SelectionError(f"--artifacts-dir {self.directory}: not a directory")
+
+    @property
+    def test_double(self) -> bool:
+        return is_test_double(self.directory)
+
+    def resolve(self, what: str, wanted: list[Wanted]) -> dict[str, Artifact]:
+        return resolve_artifacts(what, wanted, self.checksums, self.directory, self.strict, self.cache)
+
+
+@dataclass(frozen=True)
+class Sources:
+    cann: CannSource
+    artifacts: ArtifactSource = field(default_factory=ArtifactSource)
+    torch_index_url: str | None = None  # None: the matrix's per-arch default; "" for none
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything a build fetches that is not part of the recipe: none of it is rendered into a
+    Dockerfile, so changing a mirror or a credential never changes an image's content key."""
+
+    os_mirror: str = ""
+    pip_index_url: str = ""
+    pip_extra_index_urls: tuple[str, ...] = ()
+    pip_trusted_hosts: tuple[str, ...] = ()
+    pip_offline: bool = False
+    wheelhouse: Path | None = None
+    ca_bundle: Path | None = None
+    netrc: Path | None = None
+
+    def __post_init__(self) -> None:
+        for flag, path in (("--wheelhouse", self.wheelhouse), ("--ca-bundle", self.ca_bundle),
+                           ("--netrc", self.netrc)):
+            if path is not None and not path.exists():
+                raise SelectionError(f"{flag} {path}: does not exist")
+        if self.pip_offline and self.wheelhouse is None:
+            raise SelectionError("--offline needs --wheelhouse DIR: with no index, pip can only install from it")
+
+    @property
+    def has_credentials(self) -> bool:
+        urls = (self.pip_index_url, *self.pip_extra_index_urls)
+        return self.netrc is not None or any(urllib.parse.urlsplit(u).password for u in urls if u)
+
+    def pip_conf(self, server_url: str) -> str:
+        lines = ["[global]", "no-cache-dir = true", "disable-pip-version-check = true"]
+        if self.pip_index_url:
+            lines.append(f"index-url = {self.pip_index_url}")
+        extras = list(self.pip_extra_index_urls)
+        if extras:
+            lines.append("extra-index-url =\n    " + "\n    ".join(extras))
+        hosts = ["127.0.0.1", *self.pip_trusted_hosts]
+        lines.append("trusted-host =\n    " + "\n    ".join(hosts))
+        if self.wheelhouse is not None:
+            lines.append(f"find-links = {server_url}/wheelhouse/")
+        if self.pip_offline:
+            lines.append("no-index = true")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,341 @@
+"""The shape of matrix.yaml, as pydantic models, and readable errors for it.
+
+Unknown keys are errors with a "did you mean" hint: a misspelt key silently ignored is how a
+tuned default goes missing from every image.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ascend_images.matrix.versions import AscendVersion
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_ascend(value: str) -> str:
+    AscendVersion.parse(value)
+    return value
+
+
+class DeviceSpec(Strict):
+    description: str
+    chip: str
+    soc_version: str
+    opp_kernel_dir: str
+    ops_package: dict[Literal["kernels", "ops"], str]
+    min_devices: int = 1
+    source: str
+
+
+class ArchSpec(Strict):
+    docker_platform: str
+    debian_arch: str
+    gnu_triplet: str
+    github_runner: str
+    docker_variant: str | None = None
+    torch_local_version: str
+    torch_index_url: str
+    source: str
+
+
+class DebootstrapSpec(Strict):
+    suite: str
+    mirror: str
+
+
+class OsSpec(Strict):
+    family: Literal["apt", "dnf"]
+    debootstrap: DebootstrapSpec | None = None
+    image: str
+    python_packages: list[str]
+    # headers for building C extensions against the system Python (locked sdists without a wheel)
+    python_dev_packages: list[str]
+    python_bin: str
+    base_packages: list[str]
+    official_cann_os: str | None = None
+    source: str
+
+
+class AllocatorSpec(Strict):
+    packages: dict[Literal["apt", "dnf"], list[str]]
+    library: dict[Literal["apt", "dnf"], str]  # "" preloads nothing; {triplet} is the arch's gnu_triplet
+    source: str
+
+
+class PythonSpec(Strict):
+    version: str
+    description: str
+    tarball_url: str | None = None
+    libs_url: str | None = None
+    libs: list[str] = Field(default_factory=list)
+    arches: list[str] | None = None
+    sha256: dict[str, str] = Field(default_factory=dict)
+    source: str
+
+
+class CannReleaseSpec(Strict):
+    hdk_floor: str
+    layout: str
+    ops_package: Literal["kernels", "ops"]
+    sha256: dict[str, str] = Field(default_factory=dict)
+    source: str
+
+    _hdk = field_validator("hdk_floor")(_check_ascend)
+
+
+class CannSpec(Strict):
+    download_url: str
+    download_referer: str
+    packages: dict[Literal["toolkit", "nnal"], str]
+    python_deps: list[str]
+    releases: dict[str, CannReleaseSpec]
+
+    @field_validator("releases")
+    @classmethod
+    def _versions(cls, value: dict[str, CannReleaseSpec]) -> dict[str, CannReleaseSpec]:
+        for version in value:
+            AscendVersion.parse(version)
+        return value
+
+
+class LayoutSpec(Strict):
+    home: str
+    env_scripts: list[str]
+    source: str
+
+
+class TorchPairSpec(Strict):
+    torch: str
+    cann: str | None  # the CANN it was released for; null: no upstream source says (unconfirmed)
+    python: str
+    cxx11_abi: Literal[0, 1]
+    source: str
+
+
+class TorchSpec(Strict):
+    pairs: dict[str, TorchPairSpec]
+
+
+class ArtifactSpec(Strict):
+    file: str  # the name it has in a local --artifacts-dir
+    url: str  # where a connected host downloads it
+
+
+class BackendSpec(Strict):
+    description: str
+    allocator: str
+    artifacts: dict[str, ArtifactSpec] = Field(default_factory=dict)
+    sha256: dict[str, str] = Field(default_factory=dict)
+    packages: list[str] = Field(default_factory=list)
+    min_a3: str | None = None
+    vllm_exceptions: dict[str, list[str]] = Field(default_factory=dict)
+    python: str | dict[str, str] | None = None
+    min_version: str | None = None
+    min_cann: str | None = None
+    kernel_release_cann: list[str] = Field(default_factory=list)
+    # vllm-ascend versions whose PyPI sdist lacks the catlass sources its A2/A3 custom-op build needs
+    sdist_lacks_catlass: list[str] = Field(default_factory=list)
+    source: str
+
+
+class SglKernelNpu(Strict):
+    tag: str
+    # `release`: the prebuilt zip of that tag; `source`: built from the tag's source tree
+    from_: Literal["release", "source"] = Field(alias="from")
+
+
+class PinOverride(Strict):
+    """A requirement that replaces every other requirement on its package when a lock is resolved (uv's
+    --override), for upstream pins that contradict each other; the image's `pip check` then waives exactly
+    the conflicts it causes and no other."""
+
+    requirement: str  # name==version
+    why: str
+    source: str
+
+    @field_validator("requirement")
+    @classmethod
+    def _exact_pin(cls, value: str) -> str:
+        name, sep, version = value.partition("==")
+        if not sep or not name.strip() or not version.strip() or any(c in version for c in "<>=!~,; "):
+            raise ValueError(f"an override must pin one exact version as NAME==VERSION, got {value!r}")
+        return value
+
+
+class LockedPins(Strict):
+    """What every backend with a lock may say about it."""
+
+    overrides: list[PinOverride] = Field(default_factory=list)
+    # arch -> the locked packages PyPI has no wheel of for it, built in the image from their sdists (what the
+    # lock's `from-source` header says; a lock that differs is refused)
+    from_sdist: dict[Literal["x86_64", "aarch64"], list[str]] = Field(default_factory=dict)
+
+
+class VllmPins(LockedPins):
+    vllm: str
+    vllm_ascend: str
+    triton_ascend: str | None = None
+
+
+class SglangPins(LockedPins):
+    sglang: str
+    sgl_kernel_npu: SglKernelNpu
+    # the NPU project file that replaces python/pyproject.toml before install (SG; VQ for 0.5.8)
+    project_file: str = "pyproject_npu.toml"
+    # SGLang's NPU code imports `triton` (sglang.srt.utils.common); on NPU that is triton-ascend, which
+    # SGLang's own NPU images install beside it (SG docker/npu*.Dockerfile)
+    triton_ascend: str | None = None
+
+
+class ReleaseBackends(Strict):
+    none: dict[str, Any] | None = None
+    vllm: VllmPins | None = None
+    sglang: SglangPins | None = None
+
+
+class ReleaseSpec(Strict):
+    description: str
+    cann: str
+    hdk_floor: str | None = None
+    torch_npu: str
+    python: list[Literal["system", "bisheng"]]
+    backends: ReleaseBackends
+    blocked: str | None = None  # why its backends cannot be locked from the configured index (invoke lock)
+    source: str
+
+
+class DefaultsSpec(Strict):
+    os: str
+    arch: str
+    python: str
+    profile: str
+    cann_source: Literal["image", "url", "local"]
+    release: dict[str, dict[str, str]]
+
+
+class EnvEntry(Strict):
+    value: str
+    source: str
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        # YAML turns 1 and true into int and bool; an environment only holds strings
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return str(value)
+        return value
+
+
+EnvTable = dict[str, EnvEntry]
+
+
+class EnvSpec(Strict):
+    common: EnvTable
+    device: dict[str, EnvTable]
+    backend: dict[str, EnvTable]
+    profile: dict[str, EnvTable]
+
+
+class CiEntry(Strict):
+    device: str
+    backend: str
+    release: str
+    os: str
+    arches: list[str]
+
+
+class CiSpec(Strict):
+    publish: list[CiEntry]
+
+
+class MatrixSpec(Strict):
+    schema_: Literal[1] = Field(alias="schema")
+    sources: dict[str, str]
+    devices: dict[str, DeviceSpec]
+    arches: dict[str, ArchSpec]
+    os: dict[str, OsSpec]
+    allocators: dict[str, AllocatorSpec]
+    python: dict[str, PythonSpec]
+    cann: CannSpec
+    layouts: dict[str, LayoutSpec]
+    torch: TorchSpec
+    backends: dict[str, BackendSpec]
+    releases: dict[str, ReleaseSpec]
+    defaults: DefaultsSpec
+    env: EnvSpec
+    ci: CiSpec
+
+
+# --- readable errors -------------------------------------------------------------------------
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that owns the last element of `loc`, walking dicts and lists."""
+    current: Any = model
+    for part in loc[:-1]:
+        current = _unwrap_optional(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = _field_by_name(current, part)
+            if field is None:
+                return None
+            current = field.annotation
+        elif typing.get_origin(current) in (dict, list):
+            current = typing.get_args(current)[-1]
+        else:
+            return None
+    current = _unwrap_optional(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    """`X | None` -> X; anything else unchanged."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _field_by_name(model: type[BaseModel], name: Any) -> Any:
+    for field_name, field in model.model_fields.items():
+        if name in (field_name, field.alias):
+            return field
+    return None
+
+
+def _valid_keys(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def format_validation_error(error: ValidationError, root: type[BaseModel] = MatrixSpec) -> list[str]:
+    problems = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        path = ".".join(str(p) for p in loc) or "(top level)"
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            owner = _model_at(root, loc)
+            valid = _valid_keys(owner) if owner else []
+            hint = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
+            msg = f"{path}: unknown key {loc[-1]!r}"
+            if hint:
+                msg += f"; did you mean {hint[0]!r}?"
+            if valid:
+                msg += f" (valid keys: {', '.join(valid)})"
+            problems.append(msg)
+        elif kind == "missing":
+            problems.append(f"{path}: required key is missing")
+        else:
+            got = item.get("input")
+            shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+            problems.append(f"{path}: {item['msg']} (got {shown})")
+    return problems

@@ -1,0 +1,286 @@
+"""Publish built images: per-arch tags first, then one manifest list per variant, then moving aliases.
+
+Order and guarantees:
+1. every per-arch image of every variant must be on the local engine, or nothing is pushed;
+2. every immutable tag (per-arch and list) already in the registry is compared with what would be pushed
+   (by config digest, which equals the local image id): a different image is refused unless --force,
+   before anything is pushed;
+3. per-arch tags are pushed by the engine; transient failures are retried, definitive ones are not;
+4. a manifest list is written only when every platform of its variant is in the registry;
+5. aliases (latest-<device>-<backend>) move only after every immutable tag of the selection is in place.
+A failure at any point leaves no alias on a half-published variant; running again completes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from ascend_images.errors import AscendImagesError
+from ascend_images.matrix.model import Variant
+from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError, manifest_list, retry
+from ascend_images.stages.names import TEST_DOUBLE_LABEL, alias, image_tag, list_tag, repo_name
+
+Out = Callable[[str], None]
+PUSH_BACKOFF = (1.0, 3.0)  # the engine already retries layer uploads itself
+TRANSIENT_PUSH = re.compile(r"connection refused|connection reset|timeout|timed out|EOF|50[0-4]|429|"
+                            r"no such host|i/o timeout|broken pipe", re.IGNORECASE)
+
+
+class PublishError(AscendImagesError):
+    """Publishing stopped; the message says where and what is in the registry."""
+
+
+@dataclass(frozen=True)
+class Target:
+    registry: str  # host[:port]
+    namespace: str  # path inside the registry ('' for none)
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        host, _, namespace = text.strip("/").partition("/")
+        if not host or not re.fullmatch(r"[A-Za-z0-9.\-]+(:\d+)?|\[::1\](:\d+)?", host):
+            raise PublishError(f"--registry {text!r}: expected HOST[:PORT]/NAMESPACE, e.g. 127.0.0.1:5000/ascend")
+        return cls(host, namespace)
+
+    def repo(self, name: str) -> str:
+        return f"{self.namespace}/{name}" if self.namespace else name
+
+
+@dataclass
+class ArchImage:
+    local: str  # local tag
+    tag: str  # remote per-arch tag
+    platform: dict[str, str]
+    image_id: str = ""
+
+
+@dataclass
+class VariantRelease:
+    repo: str  # remote repository
+    list_tag: str
+    alias: str | None
+    images: dict[str, ArchImage] = field(default_factory=dict)  # docker arch -> image
+
+    def refs(self, target: Target) -> list[str]:
+        return [f"{target.registry}/{self.repo}:{t}" for t in [*(i.tag for i in self.images.values()), self.list_tag]]
+
+
+def group_variants(variants: list[Variant], namespace: str, target: Target) -> list[VariantRelease]:
+    """Variants that differ only by arch share one manifest list."""
+    groups: dict[tuple[str, str], VariantRelease] = {}
+    for v in variants:
+        local = image_tag(v, namespace)
+        darch = v.arch_spec.debian_arch
+        repo = target.repo(repo_name(v))
+        group = groups.setdefault((repo, list_tag(v)), VariantRelease(repo, list_tag(v), alias(v)))
+        platform = {"architecture": darch, "os": "linux"}
+        if v.arch_spec.docker_variant:
+            platform["variant"] = v.arch_spec.docker_variant
+        group.images[darch] = ArchImage(local, local.rpartition(":")[2], platform)
+    return list(groups.values())
+
+class Publisher:
+    def __init__(self, client: docker.DockerClient | None, registry: RegistryClient, target: Target, out: Out,
+                 *, force: bool = False, dry_run: bool = False, allow_test_double: bool = False,
+                 on_step: Callable[[str, str], None] | None = None):
+        self.client = client
+        self.registry = registry
+        self.target = target
+        self.out = out
+        self.force = force
+        self.dry_run = dry_run
+        self.allow_test_double = allow_test_double
+        self.on_step = on_step or (lambda event, ref: None)
+        self.report: dict[str, Any] = {"registry": f"{target.registry}/{target.namespace}".rstrip("/"),
+                                       "tags": {}, "skipped": [], "dry_run": dry_run}
+
+    def ref(self, repo: str, tag: str) -> str:
+        return f"{self.target.registry}/{repo}:{tag}"
+
+    # --- 1 and 2: check everything before writing anything ---------------------------------------
+    def check_local(self, groups: list[VariantRelease]) -> None:
+        missing, doubles = [], []
+        for group in groups:
+            for image in group.images.values():
+                try:
+                    assert self.client is not None
+                    attrs = self.client.api.inspect_image(image.local)
+                except docker.errors.ImageNotFound:
+                    missing.append(image.local)
+                    continue
+                image.image_id = attrs["Id"]
+                double = ((attrs.get("Config") or {}).get("Labels") or {}).get(TEST_DOUBLE_LABEL)
+                if double:
+                    doubles.append(f"{image.local} (test double: {double})")
+        if missing:
+            raise PublishError("not on this engine (build them first; nothing was pushed):\n"
+                               + "\n".join(f"  - {m}" for m in missing))
+        if doubles and not self.allow_test_double:
+            raise PublishError("refusing to publish images built from test doubles (fake CANN or fake kernels; "
+                               "nothing was pushed). Build them from real packages; --allow-test-double exists "
+                               "for the project's own tests only:\n" + "\n".join(f"  - {d}" for d in doubles))
+        for double in doubles:
+            self.out(f"warning: publishing a test-double image (--allow-test-double): {double}")
+
+    def adopt_remote(self, groups: list[VariantRelease]) -> None:
+        """Lists-only mode (CI's merge job): the per-arch images are in the registry, not on this engine."""
+        missing = []
+        for group in groups:
+            for darch, image in group.images.items():
+                remote = self.registry.manifest(group.repo, image.tag)
+                if remote is None:
+                    missing.append(f"{self.ref(group.repo, image.tag)} ({darch})")
+                else:
+                    image.image_id = remote.body.get("config", {}).get("digest", "")
+        if missing:
+            raise PublishError("per-arch images missing from the registry; no list or alias was written:\n"
+                               + "\n".join(f"  - {m}" for m in missing))
+
+    def check_remote(self, groups: list[VariantRelease], lists: bool = True) -> None:
+        conflicts = []
+        for group in groups:
+            expected = {a: i.image_id for a, i in group.images.items()}
+            for image in group.images.values():
+                remote = self.registry.manifest(group.repo, image.tag)
+                if remote is None:
+                    continue
+                config = remote.body.get("config", {}).get("digest")
+                if config != image.image_id:
+                    conflicts.append(f"{self.ref(group.repo, image.tag)} holds image {str(config)[:19]}, "
+                                     f"this build is {image.image_id[:19]}")
+            remote_list = self.registry.manifest(group.repo, group.list_tag) if lists else None
+            if remote_list is not None:
+                children = {}
+                for child in remote_list.body.get("manifests", []):
+                    m = self.registry.manifest(group.repo, child["digest"])
+                    children[child["platform"]["architecture"]] = m.body.get("config", {}).get("digest") if m else None
+                if children != expected:
+                    conflicts.append(f"{self.ref(group.repo, group.list_tag)} lists other images "
+                                     f"({', '.join(sorted(children))}) than this build ({', '.join(sorted(expected))})")
+        if conflicts and not self.force:
+            raise PublishError("immutable tags already hold other images (nothing was pushed; --force to replace):\n"
+                               + "\n".join(f"  - {c}" for c in conflicts))
+        for c in conflicts:
+            self.out(f"--force: replacing {c}")
+
+    # --- 3: per-arch images -------------------------------------------------------------------------
+    def push_arch(self, group: VariantRelease, image: ArchImage) -> str:
+        remote_repo = f"{self.target.registry}/{group.repo}"
+        existing = self.registry.manifest(group.repo, image.tag)
+        if existing is not None and existing.body.get("config", {}).get("digest") == image.image_id:
+            self.out(f"  {remote_repo}:{image.tag} already published ({existing.digest[:19]})")
+            self.report["skipped"].append(f"{remote_repo}:{image.tag}")
+            return existing.digest
+        if self.dry_run:
+            self.out(f"  would push {image.local} -> {remote_repo}:{image.tag}")
+            return ""
+        assert self.client is not None, "per-arch pushes need the engine that holds the images"
+        client = self.client
+        client.api.tag(image.local, remote_repo, image.tag, force=True)
+        # the engine reads `docker login` credentials itself; ours (the environment) must be handed to it
+        auth = ({"username": self.registry.auth[0], "password": self.registry.auth[1]}
+                if self.registry.auth else None)
+
+        def push() -> str:
+            digest = None
+            for chunk in client.api.push(remote_repo, tag=image.tag, stream=True, decode=True, auth_config=auth):
+                if "error" in chunk:
+                    message = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                    raise RegistryError(f"push {remote_repo}:{image.tag}: {message}",
+                                        transient=bool(TRANSIENT_PUSH.search(message)))
+                digest = chunk.get("aux", {}).get("Digest", digest)
+            if not digest:
+                raise RegistryError(f"push {remote_repo}:{image.tag}: the engine reported no digest")
+            return digest
+
+        self.out(f"  pushing {image.local} -> {remote_repo}:{image.tag}")
+        digest = retry(f"push {remote_repo}:{image.tag}", push, self.registry.sleep, PUSH_BACKOFF)
+        pushed = self.registry.manifest(group.repo, image.tag)
+        if pushed is None or pushed.digest != digest:
+            raise PublishError(f"{remote_repo}:{image.tag} reads back as {pushed.digest if pushed else 'missing'}, "
+                               f"pushed {digest}")
+        self.on_step("pushed", f"{remote_repo}:{image.tag}")
+        return digest
+
+    # --- 4 and 5: lists, then aliases -----------------------------------------------------------------
+    def write_list(self, group: VariantRelease) -> bytes | None:
+        children = []
+        for darch, image in sorted(group.images.items()):
+            manifest = self.registry.manifest(group.repo, image.tag)
+            if manifest is None:
+                if self.dry_run:
+                    return None
+                raise PublishError(f"refusing to write {self.ref(group.repo, group.list_tag)}: platform {darch} "
+                                   f"({image.tag}) is not in the registry")
+            children.append((manifest, image.platform))
+        body = manifest_list(children)
+        if self.dry_run:
+            self.out(f"  would write list {self.ref(group.repo, group.list_tag)} ({', '.join(sorted(group.images))})")
+            return body
+        digest = self.registry.put_manifest(group.repo, group.list_tag, body, DOCKER_LIST)
+        self.report["tags"][self.ref(group.repo, group.list_tag)] = digest
+        self.out(f"  list {self.ref(group.repo, group.list_tag)} -> {digest[:19]} ({', '.join(sorted(group.images))})")
+        self.on_step("list", self.ref(group.repo, group.list_tag))
+        return body
+
+    def run(self, groups: list[VariantRelease], only: str = "all") -> dict[str, Any]:
+        """only: all | arch (push per-arch tags) | lists (write lists and aliases from what is in the registry)."""
+        if only not in ("all", "arch", "lists"):
+            raise PublishError(f"--only {only!r}: valid: all, arch, lists")
+        self.out(f"publishing {len(groups)} variant(s) to {self.report['registry']}"
+                 + (f" ({only} only)" if only != "all" else "") + (" (dry run)" if self.dry_run else ""))
+        if only == "lists":
+            self.adopt_remote(groups)
+        else:
+            self.check_local(groups)
+        self.check_remote(groups, lists=only != "arch")
+        lists: dict[int, bytes | None] = {}
+        try:
+            if only != "lists":
+                for group in groups:
+                    for image in group.images.values():
+                        digest = self.push_arch(group, image)
+                        if digest:
+                            self.report["tags"][self.ref(group.repo, image.tag)] = digest
+            if only == "arch":
+                return self.report
+            for i, group in enumerate(groups):
+                lists[i] = self.write_list(group)
+        except (RegistryError, docker.errors.APIError) as exc:
+            raise PublishError(f"publishing stopped: {exc}\nNo alias was moved; what is in the registry is "
+                               "complete per tag. Run the same command again to finish.") from None
+        for i, group in enumerate(groups):
+            body = lists.get(i)
+            if group.alias and body is not None:
+                if self.dry_run:
+                    self.out(f"  would move alias {self.ref(group.repo, group.alias)}")
+                    continue
+                digest = self.registry.put_manifest(group.repo, group.alias, body, DOCKER_LIST)
+                self.report["tags"][self.ref(group.repo, group.alias)] = digest
+                self.out(f"  alias {self.ref(group.repo, group.alias)} -> {digest[:19]}")
+        return self.report
+
+
+def write_report(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def report_refs(paths: list[Path]) -> list[str]:
+    """Every tag the publish reports pushed, pinned to its digest (REF@sha256:...), so a later job
+    (the NPU smoke tests) runs exactly the image that was pushed, even if a tag moves meanwhile."""
+    refs = []
+    for path in paths:
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PublishError(f"{path}: not a publish report ({exc})") from None
+        refs += [f"{ref}@{digest}" for ref, digest in sorted(report.get("tags", {}).items()) if digest]
+    return refs

@@ -1,0 +1,2 @@
+"""Running and testing a built image: the device passthrough spec and the image test runner with its JUnit
+report. Stands beside `matrix` on the ground floor: imports no other wing."""

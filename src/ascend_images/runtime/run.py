@@ -1,0 +1,262 @@
+"""Run an image with Ascend device passthrough: the spec, the host checks, the docker SDK arguments and
+the equivalent `docker run` line (ref004's passthrough; the Ascend Docker Runtime as an alternative)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ascend_images.errors import AscendImagesError
+
+CONTROL_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
+DRIVER = "/usr/local/Ascend/driver"
+# (container path, what it is) mounted read-only in manual mode (ref004)
+TOOL_MOUNTS = (
+    ("/usr/local/dcmi", "DCMI library (npu-smi needs it)"),
+    ("/usr/local/bin/npu-smi", "npu-smi"),
+    ("/etc/ascend_install.info", "driver install info"),
+)
+# Mounted read-only when the host has them: each NPU's NIC addresses, which HCCL's RoCE transport reads
+# (gpustack/runtime PR 28)
+OPTIONAL_MOUNTS = ("/etc/hccn.conf",)
+# In the driver tree but outside lib64: the tool that answers device IP addresses (gpustack/runtime PR 29)
+HCCN_TOOL = f"{DRIVER}/tools/hccn_tool"
+RAY_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # ref000, multi-node
+DriverMounts = Literal["auto", "minimal", "full"]
+
+
+class RunError(AscendImagesError):
+    """The host cannot run the requested passthrough."""
+
+
+def parse_devices(text: str) -> list[int]:
+    """'0-3,6' -> [0, 1, 2, 3, 6]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise RunError(f"--devices {text!r}: {part!r} is not N or N-M (e.g. 0-3,6)")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first:
+            raise RunError(f"--devices {text!r}: range {part!r} goes backwards")
+        for n in range(first, last + 1):
+            if n in out:
+                raise RunError(f"--devices {text!r}: device {n} given twice")
+            out.append(n)
+    return out
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    image: str
+    command: tuple[str, ...] = ()
+    devices: tuple[int, ...] = ()
+    mode: Literal["manual", "runtime"] = "manual"
+    host_root: Path = Path("/")  # where host paths are looked up (a prepared tree in tests)
+    # minimal: the driver's lib64 and version.info (ref004); full: the whole driver tree, which HCCL needs for
+    # its topology files and hccn_tool (vllm-project/recipes PR 907: EI0014 otherwise; gpustack/runtime PR 29);
+    # auto: full when the run spans 2 or more NPUs or the device never runs alone (A3's min_devices)
+    driver_mounts: DriverMounts = "auto"
+    min_devices: int = 1
+    shm_size: str = "16g"
+    ipc_host: bool = False
+    network_host: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    device: str | None = None  # a2 | a3, from the image's labels, for device-specific checks
+
+    def host(self, path: str) -> Path:
+        return self.host_root / path.lstrip("/")
+
+    @property
+    def full_driver(self) -> bool:
+        if self.driver_mounts == "auto":
+            return len(self.devices) >= 2 or self.min_devices >= 2
+        return self.driver_mounts == "full"
+
+    def mounts(self) -> list[tuple[str, str]]:
+        """(host path, container path), read-only: the required ones, then the optional ones the host has."""
+        driver = [(DRIVER, DRIVER)] if self.full_driver else [
+            (f"{DRIVER}/lib64", f"{DRIVER}/lib64"),
+            (f"{DRIVER}/version.info", f"{DRIVER}/version.info"),
+        ]
+        required = [(str(self.host(h)), c) for h, c in driver + [(p, p) for p, _ in TOOL_MOUNTS]]
+        return required + [(str(self.host(p)), p) for p in OPTIONAL_MOUNTS if self.host(p).exists()]
+
+    def device_nodes(self) -> list[tuple[str, str]]:
+        names = [f"davinci{n}" for n in self.devices] + list(CONTROL_NODES)
+        return [(str(self.host(f"/dev/{n}")), f"/dev/{n}") for n in names]
+
+    def environment(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        # Inside the container the runtime numbers the visible NPUs from 0 (vllm-ascend issue 6942).
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(self.devices)))
+        if self.mode == "runtime":
+            env["ASCEND_VISIBLE_DEVICES"] = ",".join(map(str, self.devices))
+        for var in RAY_VARS:
+            if os.environ.get(var):
+                env[var] = os.environ[var]
+        env.update(self.env)
+        return env
+
+
+def check_spec(spec: RunSpec) -> list[str]:
+    """Errors that make the spec unusable anywhere; returns warnings."""
+    warnings = []
+    if not spec.devices:
+        raise RunError("--devices is empty: give NPU numbers such as 0-3")
+    rt = spec.env.get("ASCEND_RT_VISIBLE_DEVICES")
+    if rt is not None:
+        bad = [x for x in rt.split(",") if not x.strip().isdigit() or int(x) >= len(spec.devices)]
+        if bad:
+            raise RunError(
+                f"ASCEND_RT_VISIBLE_DEVICES={rt} names {', '.join(bad)}, but the container sees "
+                f"{len(spec.devices)} NPU(s) numbered 0..{len(spec.devices) - 1} (host devices "
+                f"{','.join(map(str, spec.devices))}); ASCEND_VISIBLE_DEVICES is the host-side list"
+            )
+    if spec.driver_mounts == "minimal" and (len(spec.devices) >= 2 or spec.min_devices >= 2):
+        warnings.append("--driver-mounts minimal with several NPUs: HCCL needs the driver's topology files and "
+                        "hccn_tool, which only the whole driver tree has (error EI0014); use full")
+    if spec.min_devices >= 2 and len(spec.devices) < spec.min_devices:
+        warnings.append(f"an {spec.device or 'NPU'} run with fewer than {spec.min_devices} devices: its NPUs come "
+                        "in pairs of dies; HCCL jobs usually need both (pass e.g. --devices 0-1)")
+    return warnings
+
+
+def check_host(spec: RunSpec, runtimes: set[str] | None = None) -> None:
+    """Every node and mount the spec needs exists on the host; else one error listing all that is missing
+    and what the host does have."""
+    problems = []
+    if spec.mode == "runtime":
+        if runtimes is not None and "ascend" not in runtimes:
+            problems.append(f"the Docker engine has no 'ascend' runtime (it has: {', '.join(sorted(runtimes))}); "
+                            "install the Ascend Docker Runtime or use --mode manual")
+    else:
+        for host, _ in spec.device_nodes():
+            path = Path(host)
+            if not path.exists():
+                problems.append(f"{host} does not exist")
+            elif not stat.S_ISCHR(path.stat().st_mode):
+                problems.append(f"{host} is not a character device")
+        for host, _ in spec.mounts():
+            if not Path(host).exists():
+                problems.append(f"{host} does not exist")
+        if spec.full_driver and spec.host(DRIVER).exists() and not spec.host(HCCN_TOOL).exists():
+            problems.append(f"{spec.host(HCCN_TOOL)} is missing: multi-NPU runs read device IPs through it")
+        lib = spec.host(f"{DRIVER}/lib64/driver/libascend_hal.so")
+        if spec.host(f"{DRIVER}/lib64").exists() and not lib.exists():
+            problems.append(f"{lib} is missing: CANN cannot load the driver without it (vllm-ascend issue 1440)")
+    if problems:
+        have = sorted(p.name for p in spec.host("/dev").glob("davinci*")) if spec.host("/dev").exists() else []
+        raise RunError(
+            "this host cannot run the requested passthrough:\n" + "\n".join(f"  - {p}" for p in problems)
+            + f"\nNPU nodes on this host: {', '.join(have) or 'none'}"
+        )
+
+
+def docker_kwargs(spec: RunSpec) -> dict[str, Any]:
+    """Arguments for docker SDK `containers.create`/`run`."""
+    kwargs: dict[str, Any] = {
+        "image": spec.image,
+        "command": list(spec.command) or None,
+        "environment": spec.environment(),
+        "shm_size": spec.shm_size,
+        "name": spec.name,
+    }
+    if spec.mode == "runtime":
+        kwargs["runtime"] = "ascend"
+    else:
+        kwargs["devices"] = [f"{h}:{c}:rwm" for h, c in spec.device_nodes()]
+        kwargs["volumes"] = {h: {"bind": c, "mode": "ro"} for h, c in spec.mounts()}
+    if spec.ipc_host:
+        kwargs["ipc_mode"] = "host"
+    if spec.network_host:
+        kwargs["network_mode"] = "host"
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def docker_run_line(spec: RunSpec) -> str:
+    parts = ["docker", "run", "--rm", "-it"]
+    if spec.name:
+        parts += ["--name", spec.name]
+    parts += [f"--shm-size={spec.shm_size}"]
+    if spec.ipc_host:
+        parts += ["--ipc=host"]
+    if spec.network_host:
+        parts += ["--network=host"]
+    if spec.mode == "runtime":
+        parts += ["--runtime=ascend"]
+    else:
+        for h, c in spec.device_nodes():
+            parts += ["--device", h if h == c else f"{h}:{c}"]
+        for h, c in spec.mounts():
+            parts += ["-v", f"{h}:{c}:ro"]
+    for k, v in spec.environment().items():
+        parts += ["-e", f"{k}={v}"]
+    parts += [spec.image, *spec.command]
+    return " \\\n  ".join(_group(parts))
+
+
+def _group(parts: list[str]) -> list[str]:
+    """Flag and value on one line, for a readable command."""
+    lines: list[str] = []
+    i = 0
+    head = []
+    while i < len(parts) and parts[i] in ("docker", "run", "--rm", "-it"):
+        head.append(parts[i])
+        i += 1
+    lines.append(" ".join(head))
+    while i < len(parts):
+        if parts[i] in ("--device", "-v", "-e", "--name"):
+            lines.append(f"{parts[i]} {shlex.quote(parts[i + 1])}")
+            i += 2
+        elif parts[i].startswith("-"):
+            lines.append(parts[i])
+            i += 1
+        else:
+            lines.append(" ".join(shlex.quote(p) for p in parts[i:]))
+            break
+    return lines
+
+
+def compose_service(spec: RunSpec, service: str = "ascend") -> str:
+    lines = [f"  {service}:", f"    image: {spec.image}", f"    shm_size: {spec.shm_size}"]
+    if spec.ipc_host:
+        lines.append("    ipc: host")
+    if spec.network_host:
+        lines.append("    network_mode: host")
+    if spec.mode == "runtime":
+        lines.append("    runtime: ascend")
+    else:
+        lines.append("    devices:")
+        lines += [f"      - {h}:{c}" for h, c in spec.device_nodes()]
+        lines.append("    volumes:")
+        lines += [f"      - {h}:{c}:ro" for h, c in spec.mounts()]
+    lines.append("    environment:")
+    lines += [f"      {k}: \"{v}\"" for k, v in spec.environment().items()]
+    if spec.command:
+        lines.append(f"    command: {list(spec.command)!r}".replace("'", '"'))
+    return "services:\n" + "\n".join(lines) + "\n"
+
+
+def run_container(client: Any, spec: RunSpec, out: Any) -> int:
+    """Start, stream output, return the exit code; Ctrl-C stops the container."""
+    container = client.containers.create(**docker_kwargs(spec), detach=True)
+    try:
+        container.start()
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                out.write(chunk.decode("utf-8", "replace"))
+                out.flush()
+            return int(container.wait()["StatusCode"])
+        except KeyboardInterrupt:
+            container.stop(timeout=10)
+            return 130
+    finally:
+        container.remove(force=True)

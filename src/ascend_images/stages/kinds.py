@@ -1,0 +1,275 @@
+"""The stage kinds, in one table: for each, when a variant has it, what it is built on, the labels it adds, how it
+is described, and what its build context holds beyond the template's common variables. `plan`, `render` and
+`build` consult this table instead of branching on the kind.
+
+    base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
+
+- base: the OS with Python, tini and the entrypoint (FROM the OS image); skipped when CANN comes from an official
+  image, which is then cann-install's parent.
+- cann-install: CANN's packages installed; cann: the same plus the ENV its env scripts set (captured by running
+  them in the cann-install image: `captures_env`).
+- torch: torch and torch_npu; vllm / sglang: the backend from its lock; overlay: a non-default profile, allocator
+  or user --env over the image below (a thin image, so such a choice never rebuilds CANN or torch).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ascend_images.inputs.artifacts import bisheng_wanted, sglang_wanted
+from ascend_images.inputs.lockfile import LockError, load_lock
+from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
+from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
+from ascend_images.matrix.model import Variant
+from ascend_images.matrix.schema import SglangPins, VllmPins
+from ascend_images.stages.names import LABEL_PREFIX, overlay_suffix, stage_version, top_kind
+
+IMAGES_DIR = Path(__file__).resolve().parents[3] / "images"  # the templates and the files stages copy
+
+if TYPE_CHECKING:
+    from ascend_images.stages.plan import Stage
+
+Captured = Mapping[str, str] | None
+# a kind's part of the build context: (stage, sources, captured env, template variables, extra files) -> None
+ContextPart = Callable[["Stage", Sources, Captured, dict[str, Any], dict[str, bytes]], None]
+
+
+@dataclass(frozen=True)
+class StageKind:
+    name: str
+    applies: Callable[[Variant], bool]  # does a variant's chain have this stage
+    labels: Callable[[Stage], dict[str, str]]  # the io.ascend-images.* labels it adds (parents' are inherited)
+    version: Callable[[Stage], str]  # org.opencontainers.image.version
+    description: Callable[[Stage], str]
+    context: ContextPart
+    captures_env: bool = False  # the build runs the env scripts in the parent image before rendering
+
+
+def _label(**values: str) -> dict[str, str]:
+    return {f"{LABEL_PREFIX}.{k.replace('_', '-')}": v for k, v in values.items()}
+
+
+def _image_labels(v: Variant) -> dict[str, str]:
+    return _label(os=v.os, arch=v.arch, python=v.python, python_version=v.python_version)
+
+
+# --- base ------------------------------------------------------------------------------------------------------
+def _base_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                  files: dict[str, bytes]) -> None:
+    v = stage.variant
+    if v.python != "system":
+        resolved = sources.artifacts.resolve(f"python {v.python}", bisheng_wanted(v))
+        ctx["python"]["artifacts"] = [{"url": a.url, "sha256": a.sha256} for a in resolved.values()]
+
+
+# --- cann-install ------------------------------------------------------------------------------------------------
+def _cann_install_labels(stage: Stage) -> dict[str, str]:
+    v = stage.variant
+    # FROM an official CANN image there is no base stage: this one says what the image is built on
+    own = _image_labels(v) if stage.external_parent else {}
+    return own | _label(device=v.device, soc_version=v.device_spec.soc_version, cann=v.release.cann,
+                        cann_layout=v.cann.layout, hdk_floor=str(v.hdk_floor))
+
+
+def _cann_install_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                          files: dict[str, bytes]) -> None:
+    ctx["cann"]["packages"] = [{"kind": p.kind, "url": p.url, "sha256": p.sha256}
+                               for p in sources.cann.packages(stage.variant)]
+
+
+# --- cann ----------------------------------------------------------------------------------------------------------
+def _cann_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                  files: dict[str, bytes]) -> None:
+    v = stage.variant
+    baked = baked_env(v, backend=False)
+    if captured is not None:
+        ctx["captured"] = ctx["env"] = [{"name": k, "value": val, "comment": ""} for k, val in captured.items()]
+    ctx["defaults"] = env_items(baked)
+    files["etc/env.json"] = as_json(env_document(v.matrix.spec.defaults.profile, baked, captured, v.env_scripts))
+    files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
+
+
+# --- torch ---------------------------------------------------------------------------------------------------------
+def _torch_labels(stage: Stage) -> dict[str, str]:
+    v = stage.variant
+    return _label(release=v.release_name, backend="none", torch=v.torch, torch_npu=v.torch_npu,
+                  profile=v.matrix.spec.defaults.profile)
+
+
+def _torch_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                   files: dict[str, bytes]) -> None:
+    v = stage.variant
+    local = v.arch_spec.torch_local_version
+    index = v.arch_spec.torch_index_url if sources.torch_index_url is None else sources.torch_index_url
+    ctx["torch"] = {"index_url": index, "requirements": ["torch", "torch-npu"]}
+    files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
+
+
+# --- the backends: vllm and sglang -----------------------------------------------------------------------------------
+def _vllm_labels(stage: Stage) -> dict[str, str]:
+    v, pins = stage.variant, stage.variant.backend_pins
+    if not isinstance(pins, VllmPins):
+        return {}
+    return _label(backend="vllm", vllm=pins.vllm, vllm_ascend=pins.vllm_ascend,
+                  triton_ascend=pins.triton_ascend or "", allocator=v.default_allocator)
+
+
+def _sglang_labels(stage: Stage) -> dict[str, str]:
+    v, pins = stage.variant, stage.variant.backend_pins
+    if not isinstance(pins, SglangPins):
+        return {}
+    return _label(backend="sglang", sglang=pins.sglang, sgl_kernel_npu=pins.sgl_kernel_npu.tag,
+                  allocator=v.default_allocator)
+
+
+def _backend_version(stage: Stage) -> str:
+    return stage_version(stage.kind, stage.variant)
+
+
+def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                     files: dict[str, bytes]) -> None:
+    v = stage.variant
+    baked = baked_env(v, backend=True)
+    below = baked_env(v, backend=False)
+    # only what the backend layer changes after profile precedence is applied
+    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
+    ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
+    files["etc/env.json"] = as_json(env_document(v.matrix.spec.defaults.profile, baked, captured, v.env_scripts))
+    ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
+    if ctx["lock"]["overrides"]:
+        files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
+    ctx["allocator"] = allocator(v, v.default_allocator)
+
+
+def _sglang_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                    files: dict[str, bytes]) -> None:
+    _backend_context(stage, sources, captured, ctx, files)
+    v = stage.variant
+    resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
+    ctx["artifacts"] = {key: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": key}
+                        for key, a in resolved.items()}
+
+
+def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
+    """The stage's lock (checked against the matrix) and the sdist its source package builds from:
+    from --artifacts-dir when it holds the file (it must have the lock's sha256), else the index's URL.
+    A preview render (not strict) of a missing or stale lock renders with a placeholder and says why."""
+    try:
+        lock = load_lock(v)
+    except LockError as exc:
+        if sources.artifacts.strict:
+            raise
+        sdist = {"file": "lock-missing.tar.gz", "url": "lock-missing", "sha256": MISSING_SHA256}
+        return ({"sdist": sdist, "build_requirements": ["setuptools"], "from_source": [], "overrides": [],
+                 "missing": str(exc)},
+                f"# LOCK MISSING OR STALE: {exc}\n".encode())
+    file, url, sha256 = lock.source_sdist
+    directory = sources.artifacts.directory
+    if directory is not None and (directory / file).is_file():
+        local = sha256_file(directory / file)
+        if local != sha256:
+            raise LockError(f"{directory / file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
+        url = f"{SERVER_VAR}/artifacts/{file}"
+    return ({"sdist": {"file": file, "url": url, "sha256": sha256}, "build_requirements": list(lock.build_requirements),
+             "from_source": list(lock.from_source),
+             "overrides": list(lock.overrides), "missing": ""}, lock.text.encode())
+
+
+def allocator(v: Variant, name: str) -> dict[str, Any]:
+    return {"name": name, "packages": v.allocator_packages(name), "library": v.allocator_library(name),
+            "source": v.matrix.spec.allocators[name].source}
+
+
+# --- overlay ---------------------------------------------------------------------------------------------------------
+def _overlay_labels(stage: Stage) -> dict[str, str]:
+    v = stage.variant
+    labels = _label(profile=v.profile)
+    if v.allocator is not None:
+        labels |= _label(allocator=v.allocator)
+    if v.user_env:
+        # the values too (they are in the image's ENV anyway): the image tests read their expectations here
+        labels |= _label(user_env=json.dumps(dict(v.user_env), sort_keys=True))
+    return labels
+
+
+def _overlay_version(stage: Stage) -> str:
+    # an overlay is the image below it with other settings: the same version
+    return stage_version(top_kind(stage.variant), stage.variant)
+
+
+def _overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                     files: dict[str, bytes]) -> None:
+    v = stage.variant
+    full = effective_env(v)
+    own = ("profile:", "user", *(("allocator:",) if v.allocator is not None else ()))
+    ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
+    if v.allocator is not None:
+        ctx["allocator"] = allocator(v, v.allocator)
+    files["etc/env.json"] = as_json(env_document(v.profile, full, captured, v.env_scripts))
+
+
+# --- the table -------------------------------------------------------------------------------------------------------
+KINDS: dict[str, StageKind] = {k.name: k for k in (
+    StageKind("base", lambda v: True,
+              lambda s: _image_labels(s.variant),
+              lambda s: f"{s.variant.os}-py{s.variant.python_version}",
+              lambda s: f"{s.variant.os} with Python {s.variant.python_version} ({s.variant.python}), tini and "
+                        "the ascend-images entrypoint",
+              _base_context),
+    StageKind("cann-install", lambda v: True, _cann_install_labels,
+              lambda s: s.variant.release.cann,
+              lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} installed, environment not yet baked",
+              _cann_install_context),
+    StageKind("cann", lambda v: True, lambda s: {},
+              lambda s: s.variant.release.cann,
+              lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} with its environment baked into ENV",
+              _cann_context, captures_env=True),
+    StageKind("torch", lambda v: True, _torch_labels,
+              lambda s: s.variant.torch_npu,
+              lambda s: f"torch {s.variant.torch} + torch_npu {s.variant.torch_npu} on CANN {s.variant.release.cann} "
+                        f"for {s.variant.device}",
+              _torch_context),
+    StageKind("vllm", lambda v: v.backend == "vllm", _vllm_labels, _backend_version,
+              lambda s: f"vLLM-Ascend on CANN {s.variant.release.cann} for {s.variant.device}",
+              _backend_context),
+    StageKind("sglang", lambda v: v.backend == "sglang", _sglang_labels, _backend_version,
+              lambda s: f"SGLang on CANN {s.variant.release.cann} for {s.variant.device}",
+              _sglang_context),
+    StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels, _overlay_version,
+              lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
+                        + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),
+              _overlay_context),
+)}
+CHAIN = tuple(KINDS)  # parents first: a stage's parent is the nearest kind before it that the variant has
+
+
+def stage_labels(stage: Stage) -> dict[str, str]:
+    """The io.ascend-images.* labels a stage adds (its parents' labels are inherited)."""
+    return _label(stage=stage.kind) | KINDS[stage.kind].labels(stage)
+
+
+# --- the environment documents kinds write ---------------------------------------------------------------------------
+def env_items(values: Mapping[str, EnvValue]) -> list[dict[str, str]]:
+    return [{"name": e.name, "value": e.value, "comment": f"{e.layer}; source: {e.source}"} for e in values.values()]
+
+
+def env_document(profile: str, values: Mapping[str, EnvValue], captured: Captured,
+                 scripts: list[str]) -> dict[str, Any]:
+    """/etc/ascend-images/env.json: every variable the image sets, with where it comes from. `profile` is the
+    one baked into this image: the default below an overlay, so that choosing another profile changes no
+    stage but the overlay."""
+    doc: dict[str, Any] = {"profile": profile, "env_scripts": scripts, "variables": {}}
+    for name, value in (captured or {}).items():
+        doc["variables"][name] = {"value": value, "layer": "cann:set_env", "source": "captured from env_scripts"}
+    for name, item in values.items():
+        doc["variables"][name] = item.as_dict()
+    doc["variables"] = dict(sorted(doc["variables"].items()))
+    return doc
+
+
+def as_json(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
