@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from invoke import Exit, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
+from ascend_images import DEFAULT_NAMESPACE
 from ascend_images import commands as cli
 from ascend_images.errors import AscendImagesError
 from ascend_images.lint import lint as lint_all
@@ -56,14 +56,10 @@ INPUT_HELP = {
 SELECTION_ITERABLE = ["env"]
 
 
-SELECTION_FIELDS = [f.name for f in dataclasses.fields(cli.Selection)]
-
-
-def _selection(args: dict) -> cli.Selection:
-    """The selection flags among a task's arguments (its `locals()`, taken before it sets any)."""
-    values = {k: args[k] for k in SELECTION_FIELDS if k in args}
-    values["env"] = list(values.get("env") or [])
-    return cli.Selection(**values)
+def _selection(*, matrix, device, backend, release, os, arch, python, profile, env, allocator) -> cli.Selection:
+    """The selection flags every task takes, named one by one."""
+    return cli.Selection(matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch,
+                         python=python, profile=profile, env=list(env or []), allocator=allocator)
 
 
 def _command_after_dashes(remainder: str) -> list[str]:
@@ -98,7 +94,9 @@ def _run(fn, *args, **kwargs):
 def matrix(c, matrix="matrix.yaml", device=None, backend=None, release=None, os=None, arch=None, python=None,
            profile=None, env=None, allocator=None):
     """Releases and every variant of matrix.yaml, with their compatibility status."""
-    code = _run(cli.show_matrix, _selection(locals()), print)
+    code = _run(cli.show_matrix, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator), print)
     if code:
         raise Exit(code=code)
 
@@ -107,7 +105,9 @@ def matrix(c, matrix="matrix.yaml", device=None, backend=None, release=None, os=
 def env(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
         allocator=None, matrix="matrix.yaml", json=False):
     """The environment a variant's image carries: name, value, layer and source."""
-    _run(cli.show_env, _selection(locals()), print, json)
+    _run(cli.show_env, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator), print, json)
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, "out": "output directory (default build/contexts)",
@@ -118,7 +118,7 @@ def env(c, device=None, backend=None, release=None, os=None, arch=None, python=N
 def render(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
            allocator=None, matrix="matrix.yaml", out="build/contexts", cann_source=None, cann_dir=None,
            cann_image=None, checksums=None, artifacts_dir=None, torch_index_url=None, base_image=None,
-           namespace="ascend-images", check=False, update=False):
+           namespace=DEFAULT_NAMESPACE, check=False, update=False):
     """Render the build context (Dockerfile and files) of every stage of the selection; or check/update the
     committed Dockerfiles."""
     if check or update:
@@ -126,7 +126,9 @@ def render(c, device=None, backend=None, release=None, os=None, arch=None, pytho
         if code:
             raise Exit(code=code)
         return
-    _run(cli.render_selection, _selection(locals()),
+    _run(cli.render_selection, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          Path(out), print, namespace, base_image)
 
@@ -137,10 +139,12 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
           allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, cache_dir=None, fetch=False, os_mirror=None,
           pip_index_url=None, pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None,
-          ca_bundle=None, netrc=None, base_image=None, namespace="ascend-images", work_dir="build", force=False,
+          ca_bundle=None, netrc=None, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir="build", force=False,
           jobs=1):
     """Build the selection's images on the local Docker engine (shared stages built once)."""
-    _run(cli.build_selection, _selection(locals()),
+    _run(cli.build_selection, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, cache_dir),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
@@ -154,7 +158,9 @@ def fetch(c, device=None, backend=None, release=None, os=None, arch=None, python
           allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, dest=None):
     """Download every file the selection needs (CANN, kernel zips, BiSheng Python, sdists) into the cache."""
-    _run(cli.fetch_selection, _selection(locals()),
+    _run(cli.fetch_selection, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, dest), print)
 
 
@@ -183,9 +189,11 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
          allocator=None, matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None,
          checksums=None, artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None,
          pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
-         namespace="ascend-images", work_dir="build"):
+         namespace=DEFAULT_NAMESPACE, work_dir="build"):
     """Build what is missing, then run the image test suite against each image of the selection."""
-    results = _run(cli.run_image_tests, _selection(locals()),
+    results = _run(cli.run_image_tests, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator),
                    cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
                    cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []),
                                   list(pip_trusted_host or []), offline, wheelhouse, ca_bundle, netrc),
@@ -210,7 +218,9 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     from builtins import print as echo
 
-    code = _run(cli.run_image, _selection(locals()),
+    code = _run(cli.run_image, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator),
                 cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name), echo,
                 image=image, command=_command_after_dashes(c.remainder), print_only=print)
     if code:
@@ -229,7 +239,9 @@ def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os
           pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
           namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs=7, quick=False):
     """Measure cold, shared, no-op and incremental builds, sizes, dive efficiency and start-up cost."""
-    _run(cli.bench, _selection(locals()),
+    _run(cli.bench, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
@@ -246,10 +258,12 @@ def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os
             "allow_test_double": "publish images built from test doubles (the project's own tests only)"},
       iterable=SELECTION_ITERABLE)
 def publish(c, registry, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None,
-            env=None, allocator=None, matrix="matrix.yaml", dry_run=False, force=False, namespace="ascend-images",
+            env=None, allocator=None, matrix="matrix.yaml", dry_run=False, force=False, namespace=DEFAULT_NAMESPACE,
             report="build/publish-report.json", only="all", allow_test_double=False):
     """Push per-arch tags, then manifest lists, then moving aliases; nothing partial."""
-    _run(cli.publish, _selection(locals()), print,
+    _run(cli.publish, _selection(
+        matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
+        profile=profile, env=env, allocator=allocator), print,
          registry=registry, dry_run=dry_run, force=force, namespace=namespace, report_path=Path(report), only=only,
          allow_test_double=allow_test_double)
 
@@ -260,7 +274,7 @@ def ci_matrix(c, matrix="matrix.yaml", lists=False):
     """The selection CI publishes, as the JSON a GitHub Actions strategy.matrix takes."""
     import json
 
-    print(json.dumps(_run(workflow.ci_matrix, cli.Selection(matrix), lists)))
+    print(json.dumps(_run(lambda: workflow.ci_matrix(cli.Selection(matrix).load(), lists))))
 
 
 @task(name="published-refs", help={"report": "a publish report (repeatable)"}, iterable=["report"])

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ascend_images.errors import AscendImagesError, SelectionError
 from ascend_images.flags import InputFlags, LockFlags, RunFlags, Selection, SourceFlags
+from ascend_images.inputs.checksums import parse_checksums
 from ascend_images.inputs.lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
-from ascend_images.inputs.sources import parse_checksums
 from ascend_images.matrix.envs import effective_env
 from ascend_images.matrix.model import Variant, all_variants, choices, load_matrix, parse_env_overrides
 from ascend_images.matrix.rules import RULES, enforce, evaluate
@@ -82,7 +82,7 @@ def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
 
 # --- invoke render ---------------------------------------------------------------------------------
 def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out,
-                     namespace: str = "ascend-images", base_image: str | None = None) -> BuildPlan:
+                     namespace: str = DEFAULT_NAMESPACE, base_image: str | None = None) -> BuildPlan:
     matrix = sel.load()
     variants = sel.variants(matrix)
     check_rules(variants, out)
@@ -174,7 +174,7 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
 
 
 def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
-                    work_dir: Path = Path("build"), namespace: str = "ascend-images",
+                    work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
                     base_image: str | None = None, force: bool = False,
                     fetch: bool = False, jobs: int = 1) -> tuple[BuildPlan, list]:
     """Validate everything, then build; returns (plan, results)."""
@@ -232,7 +232,7 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
 
 # --- invoke test -----------------------------------------------------------------------------------
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
-                work_dir: Path = Path("build"), namespace: str = "ascend-images") -> list[ImageTestResult]:
+                work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE) -> list[ImageTestResult]:
     if not images:
         plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace)
         images = [plan.top(v).tag for v in sel.variants()]
@@ -250,7 +250,7 @@ def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
 
 # --- invoke run ------------------------------------------------------------------------------------
 def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, command: list[str],
-              print_only: bool = False, namespace: str = "ascend-images") -> int:
+              print_only: bool = False, namespace: str = DEFAULT_NAMESPACE) -> int:
     from ascend_images.builder.engine import connect, image_exists
     from ascend_images.runtime.run import (
         RunError,
@@ -328,7 +328,7 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
 
 # --- invoke publish / ci-matrix --------------------------------------------------------------------
 def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, force: bool = False,
-            namespace: str = "ascend-images", report_path: Path = Path("build/publish-report.json"),
+            namespace: str = DEFAULT_NAMESPACE, report_path: Path = Path("build/publish-report.json"),
             on_step: Callable[[str, str], None] | None = None, only: str = "all",
             allow_test_double: bool = False) -> dict:
     """Push the selection's images (as built: the same flags as `invoke build`) to REGISTRY."""

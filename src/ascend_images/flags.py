@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ascend_images.errors import SelectionError
-from ascend_images.inputs.cache import default_cache, recorded_checksums
-from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources, parse_checksums
+from ascend_images.inputs.cache import default_cache
+from ascend_images.inputs.checksums import parse_checksums, recorded_checksums
+from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
 from ascend_images.matrix.model import Matrix, Variant, load_matrix, parse_env_overrides, select
 
 

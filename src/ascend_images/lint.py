@@ -1,8 +1,10 @@
-"""`invoke lint`: ruff; hadolint on every Dockerfile the matrix renders (CANN from URLs and from official images);
+"""`invoke lint`: ruff; the wings' import contract (import-linter); hadolint on every Dockerfile the matrix renders
+(CANN from URLs and from official images);
 the committed rendered/ Dockerfiles against the matrix; actionlint and zizmor on the workflow."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +29,7 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
         out("ruff check src tests tasks.py")
         status |= subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
                                  cwd=PROJECT_ROOT).returncode
+    status |= lint_imports(out)
     matrix = sel.load()
     variants = all_variants(matrix)
     sources = SourceFlags().sources(matrix, strict=False)
@@ -61,6 +64,22 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
     status |= 0 if result.clean else 1
     status |= lint_workflows(out)
     return status
+
+
+def lint_imports(out: Out, src: Path = PROJECT_ROOT / "src") -> int:
+    """pyproject.toml's import-linter contracts (the wings' layers) over the package under `src`: that tree, not
+    whichever copy of ascend_images happens to be installed."""
+    binary = shutil.which("lint-imports")
+    if binary is None:
+        raise AscendImagesError("lint-imports is not installed: pip install -e '.[lint]'")
+    result = subprocess.run([binary, "--config", str(PROJECT_ROOT / "pyproject.toml"), "--no-cache"],
+                            capture_output=True, text=True, cwd=PROJECT_ROOT,
+                            env={**os.environ, "PYTHONPATH": str(src)})
+    out(f"lint-imports: {'contracts kept' if result.returncode == 0 else 'CONTRACT BROKEN'}")
+    if result.returncode:
+        broken = result.stdout.split("Broken contracts", 1)[-1].strip("-\n ")
+        out(broken or (result.stdout + result.stderr).strip())
+    return result.returncode
 
 
 WORKFLOWS = PROJECT_ROOT / ".github" / "workflows"

@@ -13,7 +13,8 @@ import yaml
 from ascend_images import commands as cli
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted
-from ascend_images.inputs.cache import CHECKSUMS_FILE, fetch_all
+from ascend_images.inputs.cache import fetch_all
+from ascend_images.inputs.checksums import CHECKSUMS_FILE
 from ascend_images.inputs.download import PARTIAL_DIR, DownloadError, Policy
 from ascend_images.matrix.model import load_matrix
 from tests.conftest import ROOT

@@ -34,8 +34,9 @@ from ascend_images.inputs.sources import BuildInputs, Sources
 from ascend_images.stages.envcapture import capture_env
 from ascend_images.stages.kinds import KINDS
 from ascend_images.stages.names import CONTENT_KEY_LABEL
-from ascend_images.stages.plan import BuildPlan, Stage
+from ascend_images.stages.plan import BuildPlan
 from ascend_images.stages.render import Renderer
+from ascend_images.stages.stage import Stage
 
 KEY_VERSION = "ascend-images-content-key-v1"
 
@@ -178,10 +179,8 @@ class Builder:
             self.client.api.pull(ref, platform=platform)
             return self.client.api.inspect_image(ref)["Id"]
         except docker.errors.APIError as exc:
-            hint = ""
-            if stage.kind == "base":
-                hint = (f"\nWith no registry, make the OS image locally: invoke os-image --os {stage.variant.os} "
-                        f"--arch {stage.variant.arch} (then build again, or pass --base-image REF)")
+            hint_of = KINDS[stage.kind].missing_parent_hint
+            hint = f"\n{hint_of(stage.variant)}" if hint_of else ""
             raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
 
     def _platform(self, stage: Stage) -> str:

@@ -8,7 +8,6 @@ later download or cached copy that differs is refused with both hashes.
 
 from __future__ import annotations
 
-import datetime
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,36 +16,16 @@ from typing import TextIO
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted, variant_wanted
+from ascend_images.inputs.checksums import checksums_path, record_checksum, recorded_checksums
 from ascend_images.inputs.download import DownloadError, Policy, Request, commit, fetch_file, sha256_file
-from ascend_images.inputs.sources import parse_checksums
 from ascend_images.matrix.model import Matrix, Variant
 
-CHECKSUMS_FILE = "checksums.sha256"
 Out = Callable[[str], None]
 
 
 def default_cache() -> Path:
     override = os.environ.get("ASCEND_IMAGES_CACHE")
     return Path(override) if override else Path.home() / ".cache" / "ascend-images" / "downloads"
-
-
-def checksums_path(matrix: Matrix) -> Path:
-    return matrix.path.parent / CHECKSUMS_FILE
-
-
-def recorded_checksums(matrix: Matrix) -> dict[str, str]:
-    path = checksums_path(matrix)
-    return parse_checksums(path) if path.is_file() else {}
-
-
-def record_checksum(path: Path, file: str, sha256: str, url: str) -> None:
-    """Append a trust-on-first-use record: the file's hash, with when and where it came from."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    header = "" if path.is_file() else (
-        "# sha256 of downloads whose upstream publishes none, recorded on first download by `invoke fetch`\n"
-        "# (trust on first use). Review additions in the diff; a later download that differs is refused.\n")
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(f"{header}# {stamp} first download from {url}\n{sha256}  {file}\n")
 
 
 @dataclass

@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.errors import AscendImagesError
 from ascend_images.matrix.model import Matrix
 
@@ -36,7 +37,7 @@ class OsImageSpec:
         return local_os_image(self.os, self.docker_arch)
 
 
-def local_os_image(os_name: str, docker_arch: str, namespace: str = "ascend-images") -> str:
+def local_os_image(os_name: str, docker_arch: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     return f"{namespace}/os:{os_name}-{docker_arch}"
 
 

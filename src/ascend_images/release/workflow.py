@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ascend_images.flags import Selection
 from ascend_images.inputs.lockfile import load_lock
-from ascend_images.matrix.model import select
+from ascend_images.matrix.model import Matrix, select
 
 
-def ci_matrix(sel: Selection, lists: bool = False) -> dict:
+def ci_matrix(matrix: Matrix, lists: bool = False) -> dict:
     """The publish selection of matrix.yaml as a GitHub Actions strategy.matrix: one job per variant and
     arch, or with `lists` one per manifest list (the merge jobs). A backend entry must have a fresh lock
     for each of its arches, so CI never starts a build that is bound to fail on a missing lock."""
-    matrix = sel.load()
     include = []
     for entry in matrix.spec.ci.publish:
         base = {"device": entry.device, "backend": entry.backend, "release": entry.release, "os": entry.os}

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_images.inputs.cache import recorded_checksums
+from ascend_images.inputs.checksums import recorded_checksums
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import Matrix, Variant, load_matrix, select
 from ascend_images.stages.names import DEFAULT_NAMESPACE

@@ -14,11 +14,12 @@ is described, and what its build context holds beyond the template's common vari
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from ascend_images.inputs.artifacts import bisheng_wanted, sglang_wanted
 from ascend_images.inputs.lockfile import LockError, load_lock
@@ -26,16 +27,22 @@ from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Sources, sh
 from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
-from ascend_images.stages.names import LABEL_PREFIX, overlay_suffix, stage_version, top_kind
+from ascend_images.stages.stage import Stage
 
 IMAGES_DIR = Path(__file__).resolve().parents[3] / "images"  # the templates and the files stages copy
-
-if TYPE_CHECKING:
-    from ascend_images.stages.plan import Stage
+LABEL_PREFIX = "io.ascend-images"
 
 Captured = Mapping[str, str] | None
 # a kind's part of the build context: (stage, sources, captured env, template variables, extra files) -> None
 ContextPart = Callable[["Stage", Sources, Captured, dict[str, Any], dict[str, bytes]], None]
+
+
+# What a stage's tag says after its leading version (names.py spells it out):
+#   os: <os>-py<python>[-<arch>]; device: <version>-<device>-<os>-...; release: <version>-cann<cann>-<device>-...;
+#   over: the tag of the image below with the overlay suffix (the stage is that image with other settings)
+TagScope = Literal["os", "device", "release", "over"]
+# Inputs that may be test doubles: "cann" (--cann-dir with the marker), "artifacts" (--artifacts-dir with it)
+DoubleInput = Literal["cann", "artifacts"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,59 @@ class StageKind:
     name: str
     applies: Callable[[Variant], bool]  # does a variant's chain have this stage
     labels: Callable[[Stage], dict[str, str]]  # the io.ascend-images.* labels it adds (parents' are inherited)
-    version: Callable[[Stage], str]  # org.opencontainers.image.version
     description: Callable[[Stage], str]
     context: ContextPart
+    repo: str  # the repository under the namespace ("" for an over-scoped kind: the image below's)
+    tag_scope: TagScope
+    version: Callable[[Variant], str] | None = None  # the tag's leading version and the OCI version label
+    # (input, label value) of each input that, when a double, makes this image a test double; labels are
+    # inherited, but the image that sets the label names every double below it too
+    doubles: tuple[tuple[DoubleInput, str], ...] = ()
     captures_env: bool = False  # the build runs the env scripts in the parent image before rendering
+    on_official_image: bool = True  # False: skipped when CANN comes FROM an official image (its parent instead)
+    # said when the stage's external parent (an image we do not build) can be neither found nor pulled
+    missing_parent_hint: Callable[[Variant], str] | None = None
+
+    def row_for(self, v: Variant) -> StageKind:
+        """The row that names this stage: its own, or for an over-scoped kind the variant's top kind's."""
+        return KINDS[top_kind(v)] if self.tag_scope == "over" else self
+
+
+def overlay_suffix(v: Variant) -> str:
+    """What a variant sets over its image below: a non-default profile, allocator, user --env ("" for none)."""
+    parts = []
+    if v.profile != v.matrix.spec.defaults.profile:
+        parts.append(v.profile)
+    if v.allocator is not None:
+        parts.append("nopreload" if v.allocator == "none" else v.allocator)
+    if v.user_env:
+        digest = hashlib.sha256(repr(v.user_env).encode()).hexdigest()[:8]
+        parts.append(f"env{digest}")
+    return "-".join(parts)
+
+
+def top_kind(v: Variant) -> str:
+    """The heavy stage a variant's image is (or its overlay sits on): the last kind of its chain that is not
+    over-scoped."""
+    return [k.name for k in KINDS.values() if k.tag_scope != "over" and k.applies(v)][-1]
+
+
+def image_kind(v: Variant) -> str:
+    """The kind of a variant's image: the last kind of its chain."""
+    return [k.name for k in KINDS.values() if k.applies(v)][-1]
+
+
+def stage_version(kind: str, v: Variant) -> str:
+    """The leading version of a stage's tag, and its OCI version label: what the stage adds."""
+    row = KINDS[kind].row_for(v)
+    if row.version is None:
+        raise ValueError(f"stage kind {row.name!r} has no version")
+    return row.version(v)
+
+
+def stage_doubles(stage: Stage, doubles: Mapping[DoubleInput, bool]) -> list[str]:
+    """The test-double label values of a stage, given which inputs are doubles."""
+    return [value for source, value in KINDS[stage.kind].row_for(stage.variant).doubles if doubles.get(source)]
 
 
 def _label(**values: str) -> dict[str, str]:
@@ -126,8 +182,14 @@ def _sglang_labels(stage: Stage) -> dict[str, str]:
                   allocator=v.default_allocator)
 
 
-def _backend_version(stage: Stage) -> str:
-    return stage_version(stage.kind, stage.variant)
+def _vllm_version(v: Variant) -> str:
+    assert isinstance(v.backend_pins, VllmPins)
+    return v.backend_pins.vllm_ascend
+
+
+def _sglang_version(v: Variant) -> str:
+    assert isinstance(v.backend_pins, SglangPins)
+    return v.backend_pins.sglang
 
 
 def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
@@ -196,11 +258,6 @@ def _overlay_labels(stage: Stage) -> dict[str, str]:
     return labels
 
 
-def _overlay_version(stage: Stage) -> str:
-    # an overlay is the image below it with other settings: the same version
-    return stage_version(top_kind(stage.variant), stage.variant)
-
-
 def _overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
                      files: dict[str, bytes]) -> None:
     v = stage.variant
@@ -213,38 +270,60 @@ def _overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: di
 
 
 # --- the table -------------------------------------------------------------------------------------------------------
+def _os_image_hint(v: Variant) -> str:
+    return (f"With no registry, make the OS image locally: invoke os-image --os {v.os} --arch {v.arch} "
+            "(then build again, or pass --base-image REF)")
+
+
 KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("base", lambda v: True,
               lambda s: _image_labels(s.variant),
-              lambda s: f"{s.variant.os}-py{s.variant.python_version}",
               lambda s: f"{s.variant.os} with Python {s.variant.python_version} ({s.variant.python}), tini and "
                         "the ascend-images entrypoint",
-              _base_context),
+              _base_context, repo="base", tag_scope="os",
+              version=lambda v: f"{v.os}-py{v.python_version}",
+              on_official_image=False, missing_parent_hint=_os_image_hint),
     StageKind("cann-install", lambda v: True, _cann_install_labels,
-              lambda s: s.variant.release.cann,
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} installed, environment not yet baked",
-              _cann_install_context),
+              _cann_install_context, repo="cann-install", tag_scope="device",
+              version=lambda v: v.cann_version.tag, doubles=(("cann", "cann"),)),
     StageKind("cann", lambda v: True, lambda s: {},
-              lambda s: s.variant.release.cann,
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} with its environment baked into ENV",
-              _cann_context, captures_env=True),
+              _cann_context, repo="cann", tag_scope="device", version=lambda v: v.cann_version.tag,
+              doubles=(("cann", "cann"),), captures_env=True),
     StageKind("torch", lambda v: True, _torch_labels,
-              lambda s: s.variant.torch_npu,
               lambda s: f"torch {s.variant.torch} + torch_npu {s.variant.torch_npu} on CANN {s.variant.release.cann} "
                         f"for {s.variant.device}",
-              _torch_context),
-    StageKind("vllm", lambda v: v.backend == "vllm", _vllm_labels, _backend_version,
+              _torch_context, repo="torch-npu", tag_scope="release", version=lambda v: v.torch_npu,
+              doubles=(("cann", "cann"),)),
+    StageKind("vllm", lambda v: v.backend == "vllm", _vllm_labels,
               lambda s: f"vLLM-Ascend on CANN {s.variant.release.cann} for {s.variant.device}",
-              _backend_context),
-    StageKind("sglang", lambda v: v.backend == "sglang", _sglang_labels, _backend_version,
+              _backend_context, repo="vllm-ascend", tag_scope="release", version=_vllm_version,
+              doubles=(("cann", "cann"),)),
+    StageKind("sglang", lambda v: v.backend == "sglang", _sglang_labels,
               lambda s: f"SGLang on CANN {s.variant.release.cann} for {s.variant.device}",
-              _sglang_context),
-    StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels, _overlay_version,
+              _sglang_context, repo="sglang", tag_scope="release", version=_sglang_version,
+              doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"))),
+    StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
               lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),
-              _overlay_context),
+              _overlay_context, repo="", tag_scope="over"),
 )}
-CHAIN = tuple(KINDS)  # parents first: a stage's parent is the nearest kind before it that the variant has
+
+
+def register_kind(kind: StageKind, after: str) -> None:
+    """Add a kind to the table right after `after` in the chain (parents first). The table stays one object,
+    so every module that imported it sees the new row."""
+    if kind.name in KINDS:
+        raise ValueError(f"stage kind {kind.name!r} exists already")
+    rows = list(KINDS.values())
+    rows.insert([r.name for r in rows].index(after) + 1, kind)
+    KINDS.clear()
+    KINDS.update((r.name, r) for r in rows)
+
+
+def unregister_kind(name: str) -> None:
+    del KINDS[name]
 
 
 def stage_labels(stage: Stage) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """A selection of variants becomes one plan: a list of stages, parents first, each built once.
 
-Which stages a variant has, and in what order, is stagekinds' table (KINDS, CHAIN):
+Which stages a variant has, and in what order, is the stage-kind table (stages/kinds.py, KINDS):
     base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
 """
 
@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.sources import CannSource
 from ascend_images.matrix.model import Variant
-from ascend_images.stages.kinds import CHAIN, KINDS
-from ascend_images.stages.names import DEFAULT_NAMESPACE, stage_tag
+from ascend_images.stages.kinds import KINDS
+from ascend_images.stages.names import stage_tag
+from ascend_images.stages.stage import Stage
 
 
 @dataclass(frozen=True)
@@ -20,39 +22,6 @@ class PlanOptions:
     namespace: str = DEFAULT_NAMESPACE
     # (os, arch) -> the image the base stage starts FROM; default: the matrix's image for the OS
     base_images: dict[tuple[str, str], str] = field(default_factory=dict)
-
-
-@dataclass(eq=False)
-class Stage:
-    kind: str  # base | cann-install | cann | torch | vllm | sglang | overlay
-    tag: str
-    variant: Variant  # the first variant that needs it; every user shares the same facts
-    parent: Stage | None
-    external_parent: str | None = None  # an image we do not build (OS image, official CANN image)
-    users: list[Variant] = field(default_factory=list)
-
-    @property
-    def parent_ref(self) -> str:
-        if self.parent is not None:
-            return self.parent.tag
-        assert self.external_parent is not None
-        return self.external_parent
-
-    @property
-    def slug(self) -> str:
-        return self.tag.rsplit("/", 1)[-1].replace(":", "--")
-
-    @property
-    def repo(self) -> str:
-        return self.tag.rsplit(":", 1)[0]
-
-    def chain(self) -> list[Stage]:
-        out: list[Stage] = []
-        node: Stage | None = self
-        while node is not None:
-            out.append(node)
-            node = node.parent
-        return out[::-1]
 
 
 @dataclass
@@ -81,9 +50,9 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
     from_image = options.cann_source.kind == "image"
     for v in variants:
         parent: Stage | None = None
-        for kind in CHAIN:
-            if (kind == "base" and from_image) or not KINDS[kind].applies(v):
-                continue  # FROM an official CANN image there is no base stage
+        for kind, row in KINDS.items():  # parents first: a stage's parent is the nearest kind before it
+            if (from_image and not row.on_official_image) or not row.applies(v):
+                continue
             external = None
             if parent is None:
                 external = (options.cann_source.official_image(v) if from_image

@@ -17,9 +17,9 @@ from typing import Any
 import jinja2
 
 from ascend_images.inputs.sources import Sources
-from ascend_images.stages.kinds import IMAGES_DIR, KINDS, stage_labels
+from ascend_images.stages.kinds import IMAGES_DIR, KINDS, stage_doubles, stage_labels, stage_version
 from ascend_images.stages.names import TEST_DOUBLE_LABEL
-from ascend_images.stages.plan import Stage
+from ascend_images.stages.stage import Stage
 
 FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
 
@@ -58,14 +58,8 @@ def _template_name(kind: str, device: str, images_dir: Path) -> str:
 
 
 def test_doubles(stage: Stage, sources: Sources) -> list[str]:
-    """Which inputs of this image (its own or its parents') are test doubles: labels are inherited, but a
-    stage that sets the label must name every double below it too."""
-    out = []
-    if stage.kind != "base" and sources.cann.test_double:
-        out.append("cann")
-    if stage.variant.backend == "sglang" and stage.kind in ("sglang", "overlay") and sources.artifacts.test_double:
-        out.append("sgl-kernel-npu")
-    return out
+    """Which inputs of this image (its own or its parents') are test doubles, as its kind's row says."""
+    return stage_doubles(stage, {"cann": sources.cann.test_double, "artifacts": sources.artifacts.test_double})
 
 
 class Renderer:
@@ -75,7 +69,7 @@ class Renderer:
     def context(self, stage: Stage, sources: Sources,
                 captured: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The template variables and the extra files of a stage's context: what every stage has, then its
-        kind's part (stagekinds.KINDS)."""
+        kind's part (stages.kinds.KINDS)."""
         v = stage.variant
         kind = KINDS[stage.kind]
         os_spec = v.os_spec
@@ -85,7 +79,7 @@ class Renderer:
             "labels": {
                 "org.opencontainers.image.title": stage.repo.rsplit("/", 1)[-1],
                 "org.opencontainers.image.description": kind.description(stage),
-                "org.opencontainers.image.version": kind.version(stage),
+                "org.opencontainers.image.version": stage_version(stage.kind, v),
                 "org.opencontainers.image.vendor": "ascend-images",
                 "org.opencontainers.image.licenses": "Apache-2.0",
                 "org.opencontainers.image.base.name": stage.parent_ref,

@@ -1,0 +1,41 @@
+"""A stage: one image of a plan, with its parent and the variants that use it. Its own module, below both the
+stage-kind table and the plan, so each can import it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ascend_images.matrix.model import Variant
+
+
+@dataclass(eq=False)
+class Stage:
+    kind: str  # base | cann-install | cann | torch | vllm | sglang | overlay
+    tag: str
+    variant: Variant  # the first variant that needs it; every user shares the same facts
+    parent: Stage | None
+    external_parent: str | None = None  # an image we do not build (OS image, official CANN image)
+    users: list[Variant] = field(default_factory=list)
+
+    @property
+    def parent_ref(self) -> str:
+        if self.parent is not None:
+            return self.parent.tag
+        assert self.external_parent is not None
+        return self.external_parent
+
+    @property
+    def slug(self) -> str:
+        return self.tag.rsplit("/", 1)[-1].replace(":", "--")
+
+    @property
+    def repo(self) -> str:
+        return self.tag.rsplit(":", 1)[0]
+
+    def chain(self) -> list[Stage]:
+        out: list[Stage] = []
+        node: Stage | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out[::-1]
