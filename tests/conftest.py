@@ -43,13 +43,15 @@ def docker_client():
 
 # --- images built once per session, shared by tests/integration and tests/image -------------------
 # The CI selection: A2 and A3 on CANN 8.5.0 (cann-<ver> layout, torch 2.8.0) share one base;
-# A2 on CANN 8.3.RC1 (ascend-toolkit/latest layout, torch 2.7.1) covers the older layout.
+# A2 on CANN 8.3.RC1 (ascend-toolkit/latest layout, torch 2.7.1) covers the older layout, A3 on CANN 9.1.0 the newest.
 # aarch64, what most Ascend hosts run, under emulation on x86_64 runners.
 TEST_ARCH = os.environ.get("ASCEND_IMAGES_TEST_ARCH", "aarch64")
 TEST_NAMESPACE = "ascend-images-test"
 CI_SELECTIONS = [
     {"device": "a2,a3", "backend": "none", "release": "cann8.5.0-pt2.8.0"},
     {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
+    # A3's training base on the CANN 9 line: the 9.x env (ATB_CXX_ABI, toolkit home first) and torch 2.10.0
+    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"},
     # both backends end to end from their locks, each on its default release: SGLang 0.5.10 (sdist,
     # pyproject_npu.toml) + the fake sgl-kernel-npu 2026.02.01 release zip; vllm 0.18.0 (sdist,
     # VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.18.0 on CANN 8.5.1 and torch 2.9.0, with its lock's override

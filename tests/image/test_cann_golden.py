@@ -17,6 +17,12 @@ FACTS = yaml.safe_load((ROOT / "tests/fixtures/cann_facts/cann.yaml").read_text(
 PATH_LISTS = {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}
 
 
+def official_lines(facts: dict) -> list[str]:
+    """The official image's ENV lines in order: the toolkit's, NNAL's, then those no script sets (9.0.1 on)."""
+    env = facts["env"]
+    return env["toolkit"] + env["nnal"] + env.get("other", [])
+
+
 def golden_env(lines: list[str], atb_abi: str | None = None) -> dict[str, str]:
     """The official ENV lines applied in order from an empty environment, as Docker applies them; with
     `atb_abi`, ATB's home for that C++ ABI (the deliberate difference atb_abi), before it is expanded."""
@@ -26,6 +32,8 @@ def golden_env(lines: list[str], atb_abi: str | None = None) -> dict[str, str]:
         value = value[1:-1] if value.startswith('"') and value.endswith('"') else value
         if name == "ATB_HOME_PATH" and atb_abi is not None:
             value = re.sub(r"cxx_abi_\d$", f"cxx_abi_{atb_abi}", value)
+        if name == "ATB_CXX_ABI" and atb_abi is not None:
+            value = atb_abi
         env[name] = re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), ""), value)
     return env
 
@@ -60,7 +68,7 @@ def test_cann_layout_is_upstreams(host, facts):
         assert node.linked_to.rstrip("/") == (target if target.startswith("/") else
                                               f"{link.rsplit('/', 1)[0]}/{target}"), link
     for script in facts["env_scripts"]:
-        assert host.file(script).is_file, script
+        assert host.file(script.split()[0]).is_file, script  # 9.x names NNAL's with its --cxx_abi argument
     for directory in facts["layout"]["required_by_torch_npu"]:
         assert host.file(f"{facts['layout']['home']}/{directory}").is_directory, directory
 
@@ -73,13 +81,17 @@ def test_operator_kernels_are_the_devices_only(host, facts, chip):
             assert not host.file(f"{kernels}/{directory}").exists, f"{directory} kernels in a {chip} image"
 
 
-def test_cann_env_is_upstreams(host, facts, seen_env):
+@pytest.fixture(scope="module")
+def torch_abi(host) -> str:
+    """The installed torch's C++ ABI (reading it needs torch, not torch_npu: autoload off, to be quick)."""
+    return host.check_output("TORCH_DEVICE_BACKEND_AUTOLOAD=0 python -c "
+                             "'import torch; print(int(torch.compiled_with_cxx11_abi()))'")
+
+
+def test_cann_env_is_upstreams(host, facts, seen_env, torch_abi):
     """Every variable the official image sets from the env scripts, with its value; every entry of its
     path lists present. The only differences allowed are the deliberate ones in cann.yaml."""
-    # the installed torch's ABI (reading it needs torch, not torch_npu: autoload off, to be quick)
-    abi = host.check_output("TORCH_DEVICE_BACKEND_AUTOLOAD=0 python -c "
-                            "'import torch; print(int(torch.compiled_with_cxx11_abi()))'")
-    want = golden_env(facts["env"]["toolkit"] + facts["env"]["nnal"], atb_abi=abi)
+    want = golden_env(official_lines(facts), atb_abi=torch_abi)
     problems = []
     for name, value in want.items():
         if name in PATH_LISTS:
@@ -88,6 +100,16 @@ def test_cann_env_is_upstreams(host, facts, seen_env):
         elif seen_env.get(name) != value:
             problems.append(f"{name}={seen_env.get(name)!r}, upstream {value!r}")
     assert problems == [], "\n".join(problems)
+
+
+def test_path_lists_keep_upstreams_order(host, facts, seen_env, torch_abi):
+    """PATH, LD_LIBRARY_PATH and PYTHONPATH hold the official entries in the official order (9.x puts the
+    toolkit home first in LD_LIBRARY_PATH), whatever else the image adds around them."""
+    want = golden_env(official_lines(facts), atb_abi=torch_abi)
+    for name in sorted(PATH_LISTS & set(want)):
+        official = list(dict.fromkeys(e for e in want[name].split(":") if e))
+        have = [e for e in dict.fromkeys(seen_env.get(name, "").split(":")) if e in official]
+        assert have == official, f"{name}: {have} is not upstream's order {official}"
 
 
 def test_every_path_entry_exists_in_the_image(host, facts, seen_env):

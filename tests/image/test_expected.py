@@ -40,12 +40,25 @@ CANN_850_A3 = {  # compat.md: CANN 8.5.0 (HDK floor 25.5.0, cann-<VER> layout), 
 # 8.5 line (same 25.5.0 HDK floor, same cann-<VER> layout)
 CANN_851_A3 = {**CANN_850_A3, "io.ascend-images.cann": "8.5.1", "io.ascend-images.torch": "2.9.0",
                "io.ascend-images.torch-npu": "2.9.0", "io.ascend-images.release": "cann8.5.1-vllm0.18.0"}
+# PT: torch_npu 2.10.0.post4 is made for CANN 9.1.0 and pins torch 2.10.0; the CANN 9.1.0 release notes make
+# Ascend HDK 25.2.X the oldest compatible driver; CCI: 9.x keeps the cann-<VER> tree and (from 9.0.1) sets
+# ATB_CXX_ABI, here the torch wheel's C++11 ABI (1)
+CANN_910_A3 = {**CANN_850_A3, "io.ascend-images.cann": "9.1.0", "io.ascend-images.hdk-floor": "25.2.0",
+               "io.ascend-images.cann-layout": "cann-versioned-atb-abi", "io.ascend-images.torch": "2.10.0",
+               "io.ascend-images.torch-npu": "2.10.0.post4", "io.ascend-images.release": "cann9.1.0-pt2.10.0"}
 TAIL = f"cann8.5.0-a3-debian12-py3.11-{ARCH}"
 EXPECTED = {
     f"torch-npu:2.8.0.post2-{TAIL}": {
         "env": {**COMMON, **PRODUCTION},
         "absent": ["LD_PRELOAD", "VLLM_USE_V1", "HCCL_HOST_SOCKET_PORT_RANGE"],
         "labels": {**CANN_850_A3, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
+                   "io.ascend-images.profile": "production"},
+    },
+    f"torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
+        "env": {**COMMON, **PRODUCTION, "ATB_CXX_ABI": "1", "ASCEND_IMAGES_HDK_FLOOR": "25.2.0",
+                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
+        "absent": ["LD_PRELOAD", "VLLM_USE_V1", "HCCL_HOST_SOCKET_PORT_RANGE"],
+        "labels": {**CANN_910_A3, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "production"},
     },
     f"torch-npu:2.8.0.post2-{TAIL}-debug": {

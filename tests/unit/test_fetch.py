@@ -160,7 +160,7 @@ def test_build_without_checksums_or_cache_says_to_fetch(tmp_path):
     matrix = load_matrix(path)
     (variant,) = cli.Selection(matrix=str(path), device="a3", backend="none", arch="aarch64").variants(matrix)
     sources = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "nothing")).sources(matrix)
-    missing = r"no sha256 for Ascend-cann-toolkit_8\.5\.0_linux-aarch64\.run.*invoke fetch"
+    missing = r"no sha256 for Ascend-cann-toolkit_9\.1\.0_linux-aarch64\.run.*invoke fetch"  # A3 none: CANN 9.1.0
     with pytest.raises(SelectionError, match=missing):
         sources.cann.packages(variant)
 

@@ -113,7 +113,7 @@ def test_comma_lists_expand(matrix):
         ({"arch": "arm64"}, "unknown arch 'arm64' (from --arch)"),
         ({"backend": "vllm", "release": "cann8.3.rc1-sglang0.5.8"},
          "release 'cann8.3.rc1-sglang0.5.8' has no backend 'vllm'"),
-        ({"python": "bisheng", "release": "cann9.1.0-vllm0.23.0"},
+        ({"python": "bisheng", "release": "cann9.1.0-pt2.10.0"},
          "is not tested with python 'bisheng'"),
     ],
 )

@@ -59,10 +59,11 @@ def test_group_variants_one_list_per_variant_across_arches(matrix):
     assert len(groups) == 2
     a3 = next(g for g in groups if "-a3-" in g.list_tag)
     assert a3.repo == "ns/torch-npu"
-    assert a3.list_tag == "2.8.0.post2-cann8.5.0-a3-debian12-py3.11"
+    # A3's training base: torch_npu 2.10.0.post4 on CANN 9.1.0 (PT's table)
+    assert a3.list_tag == "2.10.0.post4-cann9.1.0-a3-debian12-py3.11"
     assert {a: i.tag for a, i in a3.images.items()} == {
-        "amd64": "2.8.0.post2-cann8.5.0-a3-debian12-py3.11-amd64",
-        "arm64": "2.8.0.post2-cann8.5.0-a3-debian12-py3.11-arm64"}
+        "amd64": "2.10.0.post4-cann9.1.0-a3-debian12-py3.11-amd64",
+        "arm64": "2.10.0.post4-cann9.1.0-a3-debian12-py3.11-arm64"}
     assert a3.images["arm64"].platform == {"architecture": "arm64", "os": "linux", "variant": "v8"}
     assert a3.alias == "latest-a3-none"  # the default release for (a3, none)
 

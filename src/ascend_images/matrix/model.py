@@ -230,6 +230,11 @@ class Variant:
         return self.layout.home.format(version=self.release.cann)
 
     @property
+    def layout_env(self) -> dict[str, str]:
+        """What the official CANN image sets beside its env scripts, for this variant's torch ABI."""
+        return {k: v.format(cxx_abi=self.torch_pair.cxx11_abi) for k, v in self.layout.env.items()}
+
+    @property
     def env_scripts(self) -> list[str]:
         return [
             s.format(version=self.release.cann, cxx_abi=self.torch_pair.cxx11_abi)

@@ -109,6 +109,8 @@ class CannSpec(Strict):
 class LayoutSpec(Strict):
     home: str
     env_scripts: list[str]
+    # variables the official image sets itself, beside its env scripts ({cxx_abi}: the torch pair's C++ ABI)
+    env: dict[str, str] = Field(default_factory=dict)
     source: str
 
 

@@ -31,6 +31,7 @@ from ascend_images.stages.stage import Stage
 
 IMAGES_DIR = Path(__file__).resolve().parents[3] / "images"  # the templates and the files stages copy
 LABEL_PREFIX = "io.ascend-images"
+LAYOUT_LAYER = "cann:image"  # what the official CANN image sets itself, beside its env scripts
 
 Captured = Mapping[str, str] | None
 # a kind's part of the build context: (stage, sources, captured env, template variables, extra files) -> None
@@ -144,8 +145,11 @@ def _cann_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[
     baked = baked_env(v, backend=False)
     if captured is not None:
         ctx["captured"] = ctx["env"] = [{"name": k, "value": val, "comment": ""} for k, val in captured.items()]
+    # beside its scripts, the official image sets these itself (the layout says which, with its source)
+    ctx["layout_env"] = [{"name": k, "value": val, "comment": f"{LAYOUT_LAYER}; source: {v.layout.source}"}
+                         for k, val in v.layout_env.items()]
     ctx["defaults"] = env_items(baked)
-    files["etc/env.json"] = as_json(env_document(v.matrix.spec.defaults.profile, baked, captured, v.env_scripts))
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
     files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
 
 
@@ -200,7 +204,7 @@ def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: di
     # only what the backend layer changes after profile precedence is applied
     ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
-    files["etc/env.json"] = as_json(env_document(v.matrix.spec.defaults.profile, baked, captured, v.env_scripts))
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
     ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
     if ctx["lock"]["overrides"]:
         files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
@@ -266,7 +270,7 @@ def _overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: di
     ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
     if v.allocator is not None:
         ctx["allocator"] = allocator(v, v.allocator)
-    files["etc/env.json"] = as_json(env_document(v.profile, full, captured, v.env_scripts))
+    files["etc/env.json"] = as_json(env_document(v, v.profile, full, captured))
 
 
 # --- the table -------------------------------------------------------------------------------------------------------
@@ -336,14 +340,15 @@ def env_items(values: Mapping[str, EnvValue]) -> list[dict[str, str]]:
     return [{"name": e.name, "value": e.value, "comment": f"{e.layer}; source: {e.source}"} for e in values.values()]
 
 
-def env_document(profile: str, values: Mapping[str, EnvValue], captured: Captured,
-                 scripts: list[str]) -> dict[str, Any]:
+def env_document(v: Variant, profile: str, values: Mapping[str, EnvValue], captured: Captured) -> dict[str, Any]:
     """/etc/ascend-images/env.json: every variable the image sets, with where it comes from. `profile` is the
     one baked into this image: the default below an overlay, so that choosing another profile changes no
     stage but the overlay."""
-    doc: dict[str, Any] = {"profile": profile, "env_scripts": scripts, "variables": {}}
+    doc: dict[str, Any] = {"profile": profile, "env_scripts": v.env_scripts, "variables": {}}
     for name, value in (captured or {}).items():
         doc["variables"][name] = {"value": value, "layer": "cann:set_env", "source": "captured from env_scripts"}
+    for name, value in v.layout_env.items():
+        doc["variables"][name] = {"value": value, "layer": LAYOUT_LAYER, "source": v.layout.source}
     for name, item in values.items():
         doc["variables"][name] = item.as_dict()
     doc["variables"] = dict(sorted(doc["variables"].items()))

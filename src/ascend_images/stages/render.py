@@ -98,6 +98,7 @@ class Renderer:
             "env_scripts": v.env_scripts,
             "captured": None,
             "env": [],
+            "layout_env": [],
             "defaults": [],
             "user_env": bool(v.user_env),
             "allocator": None,
