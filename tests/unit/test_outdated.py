@@ -53,6 +53,10 @@ FILES = [
     ("vllm-ascend", *wheel("vllm-ascend", "0.25.0", "cp311-cp311-manylinux_2_24_aarch64",
                            ["triton-ascend==3.2.2", "torch-npu==2.11.0"], python=">=3.12")),
     ("vllm", "vllm-0.24.0.tar.gz", b"sdist"),
+    # pins a triton-ascend this index lacks and the vendor index has: buildable, and the verdict says where from
+    ("vllm-ascend", *wheel("vllm-ascend", "0.26.0", "cp311-cp311-manylinux_2_34_aarch64",
+                           ["triton-ascend==3.2.3", "torch-npu==2.11.0"])),
+    ("vllm", "vllm-0.26.0.tar.gz", b"sdist"),
     ("triton-ascend", *wheel("triton-ascend", "3.2.0", "cp311-cp311-manylinux_2_27_aarch64", [])),
     ("sglang", *wheel("sglang", "0.5.11", "py3-none-any", ["torch==2.9.1"])),
 ]
@@ -68,17 +72,23 @@ def index():
                                              f"{name}</a>")
     for project, links in pages.items():
         srv.files[f"/simple/{project}/"] = f"<html><body>{''.join(links)}</body></html>".encode()
+    # a vendor's index (as Huawei's mirror for triton-ascend): 3.2.3 only, not the 3.2.2 vllm-ascend 0.25.0 pins
+    name, data = wheel("triton-ascend", "3.2.3", "cp311-cp311-manylinux_2_27_aarch64", [])
+    srv.files[f"/vendor/files/{name}"] = data
+    srv.files["/vendor/simple/triton-ascend/"] = f'<a href="/vendor/files/{name}">{name}</a>'.encode()
     yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory) -> Path:
+def matrix(tmp_path_factory, index) -> Path:
     """The matrix as its releases pin it: the fixture index models PyPI before torch-npu 2.11.0, so the pairs
-    no release uses (2.11.0 and newer, recorded from PyPI) are left out."""
+    no release uses (2.11.0 and newer, recorded from PyPI) are left out; triton-ascend's vendor index is the
+    fixture's."""
     def releases_only(data: dict) -> None:
         used = {r["torch_npu"] for r in data["releases"].values()}
         data["torch"]["pairs"] = {k: v for k, v in data["torch"]["pairs"].items() if k in used}
+        data["package_indexes"]["triton-ascend"]["url"] = index.url("/vendor/simple")
 
     return matrix_copy(tmp_path_factory.mktemp("matrix"), releases_only, locks=True)
 
@@ -101,7 +111,8 @@ def test_metadata_is_read_with_two_range_requests(index):
 def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     rows = rows_by_version(index, matrix)
     assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("vllm-ascend", "0.24.0"),
-                         ("vllm-ascend", "0.25.0"), ("vllm", "0.24.0"), ("sglang", "0.5.11")}
+                         ("vllm-ascend", "0.25.0"), ("vllm-ascend", "0.26.0"), ("vllm", "0.24.0"),
+                         ("vllm", "0.26.0"), ("sglang", "0.5.11")}
     # ^ no pre-release (2.13.0rc1), nothing the matrix already has or older
     ok = rows[("torch-npu", "2.11.0")]
     assert ok["wheels"] == {"x86_64": True, "aarch64": True} and ok["pins"] == {"torch": "==2.11.0"}
@@ -116,6 +127,9 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     assert "pins triton-ascend==3.2.2, which this index does not have" in blocked
     assert "vllm 0.25.0 (vllm-ascend's rule) is not on this index" in blocked
     assert rows[("sglang", "0.5.11")]["verdict"] == "no sdist: the NPU build needs the tagged source tree"
+    vendor = index.url("/vendor/simple")
+    assert rows[("vllm-ascend", "0.26.0")]["verdict"] == (
+        f"ok; triton-ascend==3.2.3 is not on this index but on {vendor} (package_indexes)")
 
 
 def test_the_task_prints_a_table(index, matrix):

@@ -14,7 +14,7 @@ from ascend_images.matrix.schema import SglangPins
 
 @dataclass(frozen=True)
 class Wanted:
-    key: str  # toolkit | ops | nnal | kernel_release | kernel_source | python | <lib> | sdist
+    key: str  # toolkit | ops | nnal | kernel_release | kernel_source | python | <lib> | sdist | wheel:<name>
     file: str
     url: str
     mount: str  # where the build server serves a local copy: cann | artifacts
@@ -61,6 +61,18 @@ def sdist_wanted(v: Variant) -> list[Wanted]:
     return [Wanted("sdist", file, url, "artifacts", sha256)]
 
 
+def off_index_wanted(v: Variant) -> list[Wanted]:
+    """The locked wheels PyPI does not carry (the lock's `off-index` header: a vendor index's file and sha256)."""
+    if v.backend == "none":
+        return []
+    try:
+        lock = load_lock(v)
+    except LockError:
+        return []  # as sdist_wanted
+    return [Wanted(f"wheel:{f.name}", f.file, f.url, "artifacts", f.sha256) for f in lock.off_index]
+
+
 def variant_wanted(v: Variant, cann: bool = True) -> list[Wanted]:
     """Everything the variant downloads, CANN first (the largest), in install order."""
-    return [*(cann_wanted(v) if cann else []), *bisheng_wanted(v), *sglang_wanted(v), *sdist_wanted(v)]
+    return [*(cann_wanted(v) if cann else []), *bisheng_wanted(v), *sglang_wanted(v), *sdist_wanted(v),
+            *off_index_wanted(v)]

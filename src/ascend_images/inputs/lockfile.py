@@ -56,6 +56,9 @@ class LockSpec:
     overrides: tuple[str, ...] = ()
     # what matrix.yaml says the lock builds from sdists on this arch (None: it does not say); checked, not resolved
     from_sdist: tuple[str, ...] | None = None
+    # package -> the vendor index holding versions PyPI lacks. Where, not what: not part of the inputs hash (the
+    # lock's `off-index` header records the exact file and its sha256)
+    package_indexes: tuple[tuple[str, str], ...] = ()
 
     @property
     def platform(self) -> str:
@@ -107,11 +110,23 @@ def lock_spec(variant: Variant) -> LockSpec:
     else:
         raise LockError(f"backend {variant.backend!r} has no lock: only vllm and sglang stages install from one")
     # the CANN stage installed these for the toolkit's own Python tools; a backend must keep them working
-    cann_deps = tuple(variant.matrix.spec.cann.python_deps)
+    cann_deps = tuple(variant.cann_python_deps)
+    indexes = tuple((normalize(name), spec.url) for name, spec in sorted(variant.matrix.spec.package_indexes.items()))
     return LockSpec(variant.release_name, variant.backend, variant.arch, variant.python_version,
                     (*held, *wanted, *cann_deps), source, variant.arch_spec.torch_index_url,
                     tuple(o.requirement for o in pins.overrides),
-                    tuple(pins.from_sdist[variant.arch]) if variant.arch in pins.from_sdist else None)
+                    tuple(pins.from_sdist[variant.arch]) if variant.arch in pins.from_sdist else None, indexes)
+
+
+@dataclass(frozen=True)
+class OffIndexFile:
+    """A locked package whose pinned version PyPI does not carry: the exact file on a vendor's index."""
+
+    name: str
+    version: str
+    file: str
+    url: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,22 @@ class Lock:
         if len(parts) != 3 or not parts[2].startswith("sha256:"):
             raise LockError(f"{self.path}: header 'source-sdist' must be '<file> <url> sha256:<hex>'")
         return parts[0], parts[1], parts[2].removeprefix("sha256:")
+
+    @property
+    def off_index(self) -> list[OffIndexFile]:
+        """The header's `off-index` entries: '<name>==<version> <file> <url> sha256:<hex>', comma-separated."""
+        out = []
+        for entry in filter(None, (e.strip() for e in self.header.get("off-index", "").split(","))):
+            parts = entry.split()
+            name, sep, version = parts[0].partition("==") if parts else ("", "", "")
+            if len(parts) != 4 or not sep or not parts[3].startswith("sha256:") or len(parts[3]) != 71:
+                raise LockError(f"{self.path}: header 'off-index' entry {entry!r} must be "
+                                "'<name>==<version> <file> <url> sha256:<64 hex>'")
+            if self.pins.get(normalize(name)) != version:
+                raise LockError(f"{self.path}: header 'off-index' names {name}=={version}, the lock pins "
+                                f"{name}=={self.pins.get(normalize(name))}")
+            out.append(OffIndexFile(normalize(name), version, parts[1], parts[2], parts[3].removeprefix("sha256:")))
+        return out
 
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;#]+)")
@@ -197,6 +228,7 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
         raise LockError(f"{lock.path}: header 'overrides' says {' '.join(lock.overrides) or 'none'}, the release "
                         f"says {' '.join(spec.overrides) or 'none'}; regenerate it: {spec.command}")
     lock.source_sdist  # noqa: B018 - validates the header
+    lock.off_index  # noqa: B018 - validates the header
 
 
 def load_lock(variant: Variant, root: Path | None = None) -> Lock:

@@ -26,12 +26,24 @@ from ascend_images.inputs.lockfile import (
     LOCK_FORMAT,
     LockError,
     LockSpec,
+    OffIndexFile,
     SourcePackage,
     check_lock,
     parse_lock,
     parse_lock_text,
 )
-from ascend_images.inputs.pypi import PYPI_SIMPLE, IndexFile, download, find_sdist, has_wheel, index_files, normalize
+from ascend_images.inputs.pypi import (
+    PYPI_SIMPLE,
+    IndexFile,
+    PackageIndexError,
+    download,
+    find_sdist,
+    find_wheel,
+    has_wheel,
+    index_files,
+    normalize,
+    sha256_file,
+)
 
 Out = Callable[[str], None]
 # Packages that only make sense with CUDA: a lock holding one would put CUDA in an NPU image.
@@ -145,7 +157,35 @@ class LockMaker:
             self._files[key] = index_files(self.index_url, project)
         return self._files[key]
 
-    def _resolve(self, spec: LockSpec, lines: list[str], work: Path) -> dict[str, str]:
+    def off_index(self, spec: LockSpec, links: Path) -> list[OffIndexFile]:
+        """Each pinned package whose version the index lacks for the platform, found on the vendor index matrix.yaml
+        names for it, downloaded into `links` (uv's --find-links) and recorded with its sha256: the index's when it
+        publishes one, else the file's as downloaded now (the lock is then the record of first use)."""
+        vendors = dict(spec.package_indexes)
+        out = []
+        for requirement in (*spec.requirements, *spec.overrides):
+            name, sep, version = requirement.partition("==")
+            vendor = vendors.get(normalize(name))
+            if not sep or vendor is None or has_wheel(self.files(name), name, version, spec.arch, spec.python_tag):
+                continue
+            try:
+                item = find_wheel(index_files(vendor, name), name, version, spec.arch, spec.python_tag)
+            except PackageIndexError as exc:
+                raise LockError(f"{name}=={version} is not on {_public(self.index_url)} for {spec.platform}, and the "
+                                f"index matrix.yaml names for it does not answer: {exc}") from None
+            if item is None:
+                raise LockError(f"{name}=={version}: no {spec.python_tag} {spec.arch} wheel on "
+                                f"{_public(self.index_url)} nor on {_public(vendor)} (package_indexes.{name})")
+            path = download(item, self.cache_dir)
+            sha256 = item.sha256 or sha256_file(path)
+            links.mkdir(exist_ok=True)
+            shutil.copyfile(path, links / item.file)
+            self.out(f"[lock]   {name} {version} is not on {_public(self.index_url)}: {item.file} from "
+                     f"{_public(vendor)} (sha256 {sha256[:12]}{'' if item.sha256 else ', as downloaded now'})")
+            out.append(OffIndexFile(normalize(name), version, item.file, _public(item.url), sha256))
+        return out
+
+    def _resolve(self, spec: LockSpec, lines: list[str], work: Path, links: Path | None = None) -> dict[str, str]:
         (work / "requirements.in").write_text("\n".join(lines) + "\n", encoding="utf-8")
         overrides: list[str] = []
         if spec.overrides:
@@ -158,6 +198,8 @@ class LockMaker:
         extras = [u for u in (torch_index, *self.extra_index_urls) if u]
         for url in extras:
             cmd += ["--extra-index-url", url]
+        if links is not None:
+            cmd += ["--find-links", str(links)]
         if extras:
             cmd += ["--index-strategy", "unsafe-best-match"]
         result = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
@@ -168,8 +210,8 @@ class LockMaker:
                             + (result.stderr.strip() or result.stdout.strip()))
         return parse_lock(work / "resolved.txt").pins
 
-    def _needs_build(self, spec: LockSpec, pins: dict[str, str]) -> list[str]:
-        names = [n for n in pins if n not in HELD]
+    def _needs_build(self, spec: LockSpec, pins: dict[str, str], skip: set[str]) -> list[str]:
+        names = [n for n in pins if n not in HELD and n not in skip]
         with ThreadPoolExecutor(8) as pool:
             wheels = dict(zip(names, pool.map(
                 lambda n: has_wheel(self.files(n), n, pins[n], spec.arch, spec.python_tag), names), strict=True))
@@ -188,12 +230,14 @@ class LockMaker:
         relaxed: list[str] = []
         with tempfile.TemporaryDirectory(prefix="ascend-lock.") as tmp:
             work = Path(tmp)
+            off_index = self.off_index(spec, work / "off-index")
+            links = work / "off-index" if off_index else None
             for _ in range(MAX_ROUNDS):
                 lines = [f"# {spec.release} {spec.backend} {spec.arch}: release pins", *spec.requirements,
                          f"# {source.name} {source.version}: runtime requirements as its build reads them", *runtime,
                          "# build requirements (installed first; sdists build without isolation)", *build]
-                pins = self._resolve(spec, lines, work)
-                new = [n for n in self._needs_build(spec, pins) if n not in from_source]
+                pins = self._resolve(spec, lines, work, links)
+                new = [n for n in self._needs_build(spec, pins, {f.name for f in off_index}) if n not in from_source]
                 if not new:
                     break
                 for name in new:
@@ -242,6 +286,9 @@ class LockMaker:
         ]
         if relaxed:
             header.append(f"# build-pins-relaxed: {' '.join(relaxed)}")
+        if off_index:
+            header.append("# off-index: " + ", ".join(f"{f.name}=={f.version} {f.file} {f.url} sha256:{f.sha256}"
+                                                      for f in off_index))
         if spec.overrides:
             header.append(f"# overrides: {' '.join(spec.overrides)}")
         return write_lock(spec, root, "\n".join(header) + "\n" + body)

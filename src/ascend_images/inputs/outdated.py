@@ -35,10 +35,11 @@ class Candidate:
     pins: dict[str, str] = field(default_factory=dict)  # name -> specifier, from the wheel's metadata
     requires_python: str | None = None
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what does not block it, but a reader must know
 
     @property
     def verdict(self) -> str:
-        return "ok" if not self.problems else "; ".join(self.problems)
+        return "; ".join(self.problems) if self.problems else "; ".join(["ok", *self.notes])
 
 
 def pinned_versions(matrix: Matrix) -> dict[str, set[str]]:
@@ -113,9 +114,15 @@ def _pins(requires: list[str]) -> dict[str, str]:
     return out
 
 
+# (name, version) -> where else the pin is published: "<vendor index URL>" when it has it, "" when it does not,
+# "unreachable <URL>" when it did not answer, None when matrix.yaml names no vendor index for the package
+Elsewhere = Callable[[str, str], str | None]
+
+
 def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_index: Callable[[str, str], bool],
            metadata: Callable[[str], tuple[dict[str, str], str | None]],
-           vllm_exceptions: dict[str, list[str]] | None = None) -> Candidate:
+           vllm_exceptions: dict[str, list[str]] | None = None,
+           elsewhere: Elsewhere = lambda name, version: None) -> Candidate:
     wheels = [f for f, kind in entries if kind == "wheel"]
     arches = set().union(*(_wheel_arches(f.file) for f in wheels)) if wheels else set()
     cand = Candidate(package, version, {a: a in arches for a in ARCHES}, any(k == "sdist" for _, k in entries))
@@ -135,7 +142,14 @@ def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_
             cand.problems.append(f"pins torch{torch}, not =={want} (PT's rule)")
     for name, spec in cand.pins.items():
         if spec.startswith("==") and name != "torch" and not on_index(name, spec[2:]):
-            cand.problems.append(f"pins {name}{spec}, which this index does not have")
+            where = elsewhere(name, spec[2:])
+            if where and not where.startswith("unreachable"):
+                cand.notes.append(f"{name}{spec} is not on this index but on {where} (package_indexes)")
+            elif where:
+                cand.notes.append(f"{name}{spec} is not on this index; package_indexes names {where.split()[1]}, "
+                                  "which did not answer here (check it on a connected host)")
+            else:
+                cand.problems.append(f"pins {name}{spec}, which this index does not have")
     if package == "vllm-ascend":
         # vllm-ascend A.B.C[.postN] needs vllm A.B.C, or one of the matrix's known exceptions (VA)
         wanted = (vllm_exceptions or {}).get(version) or [Version(version).base_version]
@@ -170,6 +184,23 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
             return {}, None
         return _pins(meta.requires_dist), meta.requires_python
 
+    vendors = {normalize(n): s.url for n, s in matrix.spec.package_indexes.items()}
+    vendor_listing: dict[str, list[IndexFile] | None] = {}
+
+    def elsewhere(name: str, version: str) -> str | None:
+        url = vendors.get(normalize(name))
+        if url is None:
+            return None
+        if name not in vendor_listing:
+            try:
+                vendor_listing[name] = index_files(url, name)
+            except PackageIndexError:
+                vendor_listing[name] = None
+        listed = vendor_listing[name]
+        if listed is None:
+            return f"unreachable {url}"
+        return url if any((_version(f.file) or (None, ""))[0] == Version(version) for f in listed) else ""
+
     found = []
     for package, versions in pinned.items():
         if packages and package not in packages:
@@ -178,7 +209,7 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
         newer = candidates(files(package), package, newest, pre)
         for version, entries in list(newer.items())[:limit]:
             found.append(assess(package, version, entries, on_index, metadata,
-                                matrix.spec.backends["vllm"].vllm_exceptions))
+                                matrix.spec.backends["vllm"].vllm_exceptions, elsewhere))
     return found
 
 

@@ -87,8 +87,8 @@ def find_sdist(files: list[IndexFile], project: str, version: str) -> IndexFile:
     return found
 
 
-def has_wheel(files: list[IndexFile], project: str, version: str, arch: str, python_tag: str) -> bool:
-    """A wheel pip can install for CPython `python_tag` (cp311) on Linux `arch`."""
+def find_wheel(files: list[IndexFile], project: str, version: str, arch: str, python_tag: str) -> IndexFile | None:
+    """A wheel pip can install for CPython `python_tag` (cp311) on Linux `arch`, if the index has one."""
     for f in _version_files(files, project, version):
         if not f.file.endswith(".whl"):
             continue
@@ -96,8 +96,12 @@ def has_wheel(files: list[IndexFile], project: str, version: str, arch: str, pyt
         py_ok = python_tag in pytags.split(".") or abi == "abi3" or pytags.startswith("py3") or "py2.py3" in pytags
         plat_ok = plat == "any" or any(p.endswith(arch) and p.startswith("manylinux") for p in plat.split("."))
         if py_ok and plat_ok:
-            return True
-    return False
+            return f
+    return None
+
+
+def has_wheel(files: list[IndexFile], project: str, version: str, arch: str, python_tag: str) -> bool:
+    return find_wheel(files, project, version, arch, python_tag) is not None
 
 
 def download(item: IndexFile, cache_dir: Path, *, policy: Policy | None = None) -> Path:
@@ -107,7 +111,7 @@ def download(item: IndexFile, cache_dir: Path, *, policy: Policy | None = None) 
     if target.is_file() and sha256_file(target) == item.sha256:
         return target
     try:
-        partial, _ = fetch_file(Request(item.url, item.file, item.sha256), cache_dir, policy=policy)
+        partial, _ = fetch_file(Request(item.url, item.file, item.sha256 or None), cache_dir, policy=policy)
     except DownloadError as exc:
         raise PackageIndexError(str(exc)) from None
     return commit(partial, cache_dir, item.file)

@@ -230,6 +230,12 @@ class Variant:
         return self.layout.home.format(version=self.release.cann)
 
     @property
+    def cann_python_deps(self) -> list[str]:
+        """The Python packages CANN's own tools import, installed with it (and held by every backend lock)."""
+        own = self.cann.python_deps
+        return list(self.matrix.spec.cann.python_deps if own is None else own)
+
+    @property
     def layout_env(self) -> dict[str, str]:
         """What the official CANN image sets beside its env scripts, for this variant's torch ABI."""
         return {k: v.format(cxx_abi=self.torch_pair.cxx11_abi) for k, v in self.layout.env.items()}

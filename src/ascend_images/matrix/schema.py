@@ -85,6 +85,7 @@ class CannReleaseSpec(Strict):
     hdk_floor: str
     layout: str
     ops_package: Literal["kernels", "ops"]
+    python_deps: list[str] | None = None  # the toolkit tools' Python packages, where they differ from cann's
     sha256: dict[str, str] = Field(default_factory=dict)
     source: str
 
@@ -260,6 +261,13 @@ class CiSpec(Strict):
     publish: list[CiEntry]
 
 
+class PackageIndexSpec(Strict):
+    """A vendor's PEP 503 pip index that publishes versions of a package PyPI does not carry."""
+
+    url: str
+    source: str
+
+
 class MatrixSpec(Strict):
     schema_: Literal[1] = Field(alias="schema")
     sources: dict[str, str]
@@ -273,6 +281,8 @@ class MatrixSpec(Strict):
     torch: TorchSpec
     backends: dict[str, BackendSpec]
     releases: dict[str, ReleaseSpec]
+    # package -> where `invoke lock` looks for a pinned version PyPI lacks (the lock records the file and sha256)
+    package_indexes: dict[str, PackageIndexSpec] = Field(default_factory=dict)
     defaults: DefaultsSpec
     env: EnvSpec
     ci: CiSpec

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ascend_images.inputs.artifacts import bisheng_wanted, sglang_wanted
+from ascend_images.inputs.artifacts import bisheng_wanted, off_index_wanted, sglang_wanted
 from ascend_images.inputs.lockfile import LockError, load_lock
 from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
 from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
@@ -42,8 +42,9 @@ ContextPart = Callable[["Stage", Sources, Captured, dict[str, Any], dict[str, by
 #   os: <os>-py<python>[-<arch>]; device: <version>-<device>-<os>-...; release: <version>-cann<cann>-<device>-...;
 #   over: the tag of the image below with the overlay suffix (the stage is that image with other settings)
 TagScope = Literal["os", "device", "release", "over"]
-# Inputs that may be test doubles: "cann" (--cann-dir with the marker), "artifacts" (--artifacts-dir with it)
-DoubleInput = Literal["cann", "artifacts"]
+# Inputs that may be test doubles: "cann" (--cann-dir with the marker), "artifacts" (--artifacts-dir with it),
+# "off-index" (a wheel the lock takes from a vendor index, served from such an --artifacts-dir)
+DoubleInput = Literal["cann", "artifacts", "off-index"]
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,8 @@ def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: di
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
     ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
+    wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI", off_index_wanted(v))
+    ctx["off_index"] = [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in wheels.values()]
     if ctx["lock"]["overrides"]:
         files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
     ctx["allocator"] = allocator(v, v.default_allocator)
@@ -303,11 +306,11 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("vllm", lambda v: v.backend == "vllm", _vllm_labels,
               lambda s: f"vLLM-Ascend on CANN {s.variant.release.cann} for {s.variant.device}",
               _backend_context, repo="vllm-ascend", tag_scope="release", version=_vllm_version,
-              doubles=(("cann", "cann"),)),
+              doubles=(("cann", "cann"), ("off-index", "off-index-wheels"))),
     StageKind("sglang", lambda v: v.backend == "sglang", _sglang_labels,
               lambda s: f"SGLang on CANN {s.variant.release.cann} for {s.variant.device}",
               _sglang_context, repo="sglang", tag_scope="release", version=_sglang_version,
-              doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"))),
+              doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"), ("off-index", "off-index-wheels"))),
     StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
               lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),

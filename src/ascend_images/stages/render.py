@@ -16,6 +16,7 @@ from typing import Any
 
 import jinja2
 
+from ascend_images.inputs.artifacts import off_index_wanted
 from ascend_images.inputs.sources import Sources
 from ascend_images.stages.kinds import IMAGES_DIR, KINDS, stage_doubles, stage_labels, stage_version
 from ascend_images.stages.names import TEST_DOUBLE_LABEL
@@ -59,7 +60,9 @@ def _template_name(kind: str, device: str, images_dir: Path) -> str:
 
 def test_doubles(stage: Stage, sources: Sources) -> list[str]:
     """Which inputs of this image (its own or its parents') are test doubles, as its kind's row says."""
-    return stage_doubles(stage, {"cann": sources.cann.test_double, "artifacts": sources.artifacts.test_double})
+    off_index = sources.artifacts.test_double and bool(off_index_wanted(stage.variant))
+    return stage_doubles(stage, {"cann": sources.cann.test_double, "artifacts": sources.artifacts.test_double,
+                                 "off-index": off_index})
 
 
 class Renderer:
@@ -94,11 +97,14 @@ class Renderer:
                        "soc_version": v.device_spec.soc_version, "chip": v.device_spec.chip},
             "cann": {"version": v.release.cann, "home": v.cann_home, "ops_package": v.cann.ops_package,
                      "source": sources.cann.kind, "referer": v.matrix.spec.cann.download_referer,
-                     "python_deps": list(v.matrix.spec.cann.python_deps), "packages": []},
+                     "python_deps": v.cann_python_deps,
+                     # the base is shared by every CANN release: it installs the matrix-wide list
+                     "base_python_deps": list(v.matrix.spec.cann.python_deps), "packages": []},
             "env_scripts": v.env_scripts,
             "captured": None,
             "env": [],
             "layout_env": [],
+            "off_index": [],
             "defaults": [],
             "user_env": bool(v.user_env),
             "allocator": None,
