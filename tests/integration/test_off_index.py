@@ -19,6 +19,7 @@ from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import load_matrix, select
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
+from tests.fixtures.fake_sglang_tag.make_archive import archive_bytes
 from tests.fixtures.fake_triton_ascend.make_wheel import index_page, wheel_bytes, write_wheels
 from tests.fixtures.httpserver import Server
 from tests.fixtures.matrices import matrix_copy
@@ -45,7 +46,7 @@ def locked(vendor, tmp_path_factory, work_dir):
     server, _ = vendor
 
     def local_vendor(data: dict) -> None:
-        data["package_indexes"]["triton-ascend"]["url"] = server.url("/simple")
+        data["package_indexes"]["triton-ascend"]["urls"] = [server.url("/simple")]
 
     directory = tmp_path_factory.mktemp("matrix")
     path = matrix_copy(directory, local_vendor, locks=True)
@@ -114,7 +115,7 @@ def test_the_stage_installs_it_from_the_artifacts_before_the_lock(locked, tmp_pa
 
 def test_without_the_vendor_the_lock_says_where_it_looked(tmp_path, work_dir):
     def unreachable_vendor(data: dict) -> None:
-        data["package_indexes"]["triton-ascend"]["url"] = "http://127.0.0.1:9/simple"  # nothing listens there
+        data["package_indexes"]["triton-ascend"]["urls"] = ["http://127.0.0.1:9/simple"]  # nothing listens there
 
     matrix = load_matrix(matrix_copy(tmp_path, unreachable_vendor))
     (variant,) = select(matrix, device="a3", backend="vllm", release=RELEASE, arch="aarch64")
@@ -122,3 +123,50 @@ def test_without_the_vendor_the_lock_says_where_it_looked(tmp_path, work_dir):
                                         r"matrix\.yaml names for it does not answer"):
         LockMaker(lambda line: None, work_dir / "cache" / "sdists").make(lock_spec(variant), tmp_path / "locks")
     assert off_index_wanted(variant) == []  # no lock, nothing to fetch: the build stops on the missing lock
+
+
+# --- SGLang from its git tag: the archive from a URL, its NPU project read from python/ --------------------------
+SGLANG = "cann9.0.0-sglang0.5.17"
+
+
+@pytest.fixture(scope="module")
+def github(vendor):
+    """The tag archive double at GitHub's archive path, and triton-ascend's dev build on a nightly index."""
+    server, _ = vendor
+    name, data = archive_bytes("0.5.17")
+    server.files["/sgl-project/sglang/archive/refs/tags/v0.5.17.tar.gz"] = data
+    nightly = dict(wheel_bytes(arch, "3.2.1.dev20260530") for arch in ("x86_64", "aarch64"))
+    server.files["/nightly/triton-ascend/"] = index_page(nightly, "../../files/")
+    for wheel_name, wheel_data in nightly.items():
+        server.files[f"/files/{wheel_name}"] = wheel_data
+    return server, name, data
+
+
+def test_sglang_locks_from_its_tag_archive(github, tmp_path, work_dir):
+    server, name, data = github
+
+    def local_github(d: dict) -> None:
+        d["backends"]["sglang"]["artifacts"]["source_tag"]["url"] = server.url(
+            "/sgl-project/sglang/archive/refs/tags/v{version}.tar.gz")
+        d["package_indexes"]["triton-ascend"]["urls"] = [server.url("/simple"), server.url("/nightly")]
+
+    matrix = load_matrix(matrix_copy(tmp_path, local_github, locks=True))
+    (variant,) = select(matrix, device="a3", backend="sglang", release=SGLANG, arch="aarch64")
+    LockMaker(lambda line: None, work_dir / "cache" / "sdists").make(lock_spec(variant), tmp_path / "locks")
+    lock = load_lock(variant)
+    file, url, sha256 = lock.source_sdist
+    assert (file, url) == (name, server.url("/sgl-project/sglang/archive/refs/tags/v0.5.17.tar.gz"))
+    assert sha256 == hashlib.sha256(data).hexdigest() and lock.source_subdir == "python"
+    # read from python/pyproject_npu.toml in the archive (its pins, written out in the double from upstream)
+    assert (lock.pins["transformers"], lock.pins["xgrammar"], lock.pins["openai"]) == ("5.12.1", "0.2.1", "2.6.1")
+    assert (lock.pins["torch"], lock.pins["torch-npu"]) == ("2.10.0", "2.10.0")
+    (entry,) = lock.off_index  # the dev build, found on the second vendor index
+    assert (entry.version, entry.url) == ("3.2.1.dev20260530", server.url(f"/files/{entry.file}"))
+    # the stage unpacks the archive, swaps the NPU project file in python/ and gives setuptools-scm the version
+    plan = make_plan([variant], PlanOptions(CannSource("url", strict=False)))
+    stage = plan.top(variant)
+    ctx, _ = Renderer().context(stage, Sources(CannSource("url", strict=False), ArtifactSource(strict=False)))
+    text = Renderer().render_text(stage, ctx)
+    assert f"{url}#{sha256}" in text
+    assert 'cp "$work/src/python/pyproject_npu.toml" "$work/src/python/pyproject.toml"' in text
+    assert "SETUPTOOLS_SCM_PRETEND_VERSION=0.5.17" in text and '"$work/src/python"' in text

@@ -58,7 +58,7 @@ FILES = [
                            ["triton-ascend==3.2.3", "torch-npu==2.11.0"])),
     ("vllm", "vllm-0.26.0.tar.gz", b"sdist"),
     ("triton-ascend", *wheel("triton-ascend", "3.2.0", "cp311-cp311-manylinux_2_27_aarch64", [])),
-    ("sglang", *wheel("sglang", "0.5.11", "py3-none-any", ["torch==2.9.1"])),
+    ("sglang", *wheel("sglang", "0.5.18", "py3-none-any", ["torch==2.9.1"])),
 ]
 
 
@@ -88,7 +88,7 @@ def matrix(tmp_path_factory, index) -> Path:
     def releases_only(data: dict) -> None:
         used = {r["torch_npu"] for r in data["releases"].values()}
         data["torch"]["pairs"] = {k: v for k, v in data["torch"]["pairs"].items() if k in used}
-        data["package_indexes"]["triton-ascend"]["url"] = index.url("/vendor/simple")
+        data["package_indexes"]["triton-ascend"]["urls"] = [index.url("/vendor/simple")]
 
     return matrix_copy(tmp_path_factory.mktemp("matrix"), releases_only, locks=True)
 
@@ -112,7 +112,7 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     rows = rows_by_version(index, matrix)
     assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("vllm-ascend", "0.24.0"),
                          ("vllm-ascend", "0.25.0"), ("vllm-ascend", "0.26.0"), ("vllm", "0.24.0"),
-                         ("vllm", "0.26.0"), ("sglang", "0.5.11")}
+                         ("vllm", "0.26.0"), ("sglang", "0.5.18")}
     # ^ no pre-release (2.13.0rc1), nothing the matrix already has or older
     ok = rows[("torch-npu", "2.11.0")]
     assert ok["wheels"] == {"x86_64": True, "aarch64": True} and ok["pins"] == {"torch": "==2.11.0"}
@@ -126,7 +126,9 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     assert "Python 3.11 excluded (>=3.12)" in blocked
     assert "pins triton-ascend==3.2.2, which this index does not have" in blocked
     assert "vllm 0.25.0 (vllm-ascend's rule) is not on this index" in blocked
-    assert rows[("sglang", "0.5.11")]["verdict"] == "no sdist: the NPU build needs the tagged source tree"
+    # no sdist (PyPI's sglang wheels are the CUDA build): buildable from the git tag matrix.yaml names
+    assert rows[("sglang", "0.5.18")]["verdict"] == (
+        "ok; no sdist: build it from its git tag, https://github.com/sgl-project/sglang/archive/refs/tags/v0.5.18.tar.gz")
     vendor = index.url("/vendor/simple")
     assert rows[("vllm-ascend", "0.26.0")]["verdict"] == (
         f"ok; triton-ascend==3.2.3 is not on this index but on {vendor} (package_indexes)")

@@ -76,7 +76,9 @@ CASES = [
      "release declares HDK >= 25.3.RC1 but CANN 8.5.0 needs HDK >= 25.5.0"),
     ("sgl-kernel-npu-coverage", dict(release=R85, backend="sglang"),
      (set_kernel_from("cann8.3.rc1-sglang0.5.8", "release"), dict(release="cann8.3.rc1-sglang0.5.8", backend="sglang")),
-     "CANN 8.3.RC1 needs `from: source`"),
+     # 2026.01.21's release matrix built CANN 8.5.0 with torch 2.8.0 only (SG, written out here)
+     "sgl-kernel-npu 2026.01.21 publishes zips for CANN 8.5.0 + torch 2.8.0 + Python 3.11; this release has CANN "
+     "8.3.RC1 + torch 2.7.1 + Python 3.11"),
     ("torch-npu-cann-pair", dict(release=R85),
      (None, dict(release="cann8.3.rc1-sglang0.5.8")),
      "torch_npu 2.7.1.post2 was released for CANN 8.5.0, the release uses CANN 8.3.RC1"),
@@ -124,10 +126,11 @@ def test_rule_statements_are_stated_from_the_matrix(tmp_path):
     from .helpers import mutated_matrix
 
     spec = load_matrix(mutated_matrix(tmp_path, lambda d: d["backends"]["sglang"].update(
-        min_cann="8.5.0", kernel_release_cann=["8.5.0", "9.0.0"]))).spec
+        min_cann="8.5.0", kernel_releases=[{"tags": ["a", "b"], "builds": [], "source": "x"}]))).spec
     assert RULES_BY_ID["sglang-min-cann"].stated(spec) == "SGLang on NPU needs CANN >= 8.5.0"
     assert RULES_BY_ID["sgl-kernel-npu-coverage"].stated(spec) == \
-        "sgl-kernel-npu release zips exist for CANN 8.5.0 and 9.0.0"
+        "sgl-kernel-npu publishes release zips for the builds its release matrix lists (backends.sglang." \
+        "kernel_releases: 2 tags)"
     assert RULES_BY_ID["vllm-ascend-a3"].stated(spec) == "A3 support starts at vllm-ascend 0.10.0rc1"
 
 

@@ -39,6 +39,9 @@ class SourcePackage:
     name: str
     version: str
     project_file: str | None = None
+    # the git tag's archive instead of the index's sdist: (file, url), and the project's directory in it
+    archive: tuple[str, str] | None = None
+    subdir: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class LockSpec:
             "python": self.python_version, "platform": self.platform, "requirements": list(self.requirements),
             "source": [self.source.name, self.source.version, self.source.project_file],
         }
+        if self.source.archive:  # only when present, so locks of index sdists stay valid
+            doc["source-archive"] = [*self.source.archive, self.source.subdir]
         if self.overrides:  # only when present, so locks made before overrides existed stay valid
             doc["overrides"] = list(self.overrides)
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
@@ -106,12 +111,17 @@ def lock_spec(variant: Variant) -> LockSpec:
             # triton-ascend's Ascend backend imports pybind11 without declaring it; SG's NPU images install
             # pybind11 before triton-ascend (docker/npu_openeuler.Dockerfile)
             wanted += [f"triton-ascend=={pins.triton_ascend}", "pybind11"]
-        source = SourcePackage("sglang", pins.sglang, pins.project_file)
+        archive, subdir = None, ""
+        if pins.tree == "git-tag":
+            tag = variant.matrix.spec.backends["sglang"].artifacts["source_tag"]
+            archive, subdir = (tag.file.format(version=pins.sglang), tag.url.format(version=pins.sglang)), "python"
+        source = SourcePackage("sglang", pins.sglang, pins.project_file, archive, subdir)
     else:
         raise LockError(f"backend {variant.backend!r} has no lock: only vllm and sglang stages install from one")
     # the CANN stage installed these for the toolkit's own Python tools; a backend must keep them working
     cann_deps = tuple(variant.cann_python_deps)
-    indexes = tuple((normalize(name), spec.url) for name, spec in sorted(variant.matrix.spec.package_indexes.items()))
+    indexes = tuple((normalize(name), url) for name, spec in sorted(variant.matrix.spec.package_indexes.items())
+                    for url in spec.urls)
     return LockSpec(variant.release_name, variant.backend, variant.arch, variant.python_version,
                     (*held, *wanted, *cann_deps), source, variant.arch_spec.torch_index_url,
                     tuple(o.requirement for o in pins.overrides),
@@ -146,6 +156,11 @@ class Lock:
         if len(parts) != 3 or not parts[2].startswith("sha256:"):
             raise LockError(f"{self.path}: header 'source-sdist' must be '<file> <url> sha256:<hex>'")
         return parts[0], parts[1], parts[2].removeprefix("sha256:")
+
+    @property
+    def source_subdir(self) -> str:
+        """The source package's directory inside its archive ("" for an index sdist, whose root is the project)."""
+        return self.header.get("source-subdir", "")
 
     @property
     def off_index(self) -> list[OffIndexFile]:

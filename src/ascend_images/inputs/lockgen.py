@@ -103,14 +103,16 @@ def _expand_extra(project: dict, name: str, extra: str, seen: set[str] | None = 
 
 
 def source_requirements(source: SourcePackage, sdist: Path) -> tuple[list[str], list[str]]:
-    """(runtime, build) requirements of the source package, read from its sdist the way its build reads them."""
+    """(runtime, build) requirements of the source package, read from its sdist (or tag archive) the way its build
+    reads them."""
+    prefix = f"{source.subdir}/" if source.subdir else ""
     with tarfile.open(sdist) as tar:
         if source.name == "vllm":
-            runtime = _requirement_lines(_member(tar, "requirements/common.txt"))
-            build = tomllib.loads(_member(tar, "pyproject.toml"))["build-system"]["requires"]
+            runtime = _requirement_lines(_member(tar, f"{prefix}requirements/common.txt"))
+            build = tomllib.loads(_member(tar, f"{prefix}pyproject.toml"))["build-system"]["requires"]
         elif source.name == "sglang":
             project_file = source.project_file or "pyproject.toml"
-            doc = tomllib.loads(_member(tar, project_file))
+            doc = tomllib.loads(_member(tar, prefix + project_file))
             runtime = list(doc["project"].get("dependencies", []))
             runtime += _expand_extra(doc["project"], source.name, "srt_npu")
             build = doc["build-system"]["requires"]
@@ -161,21 +163,31 @@ class LockMaker:
         """Each pinned package whose version the index lacks for the platform, found on the vendor index matrix.yaml
         names for it, downloaded into `links` (uv's --find-links) and recorded with its sha256: the index's when it
         publishes one, else the file's as downloaded now (the lock is then the record of first use)."""
-        vendors = dict(spec.package_indexes)
+        vendors: dict[str, list[str]] = {}
+        for package, url in spec.package_indexes:
+            vendors.setdefault(package, []).append(url)
         out = []
         for requirement in (*spec.requirements, *spec.overrides):
             name, sep, version = requirement.partition("==")
-            vendor = vendors.get(normalize(name))
-            if not sep or vendor is None or has_wheel(self.files(name), name, version, spec.arch, spec.python_tag):
+            urls = vendors.get(normalize(name))
+            if not sep or not urls or has_wheel(self.files(name), name, version, spec.arch, spec.python_tag):
                 continue
-            try:
-                item = find_wheel(index_files(vendor, name), name, version, spec.arch, spec.python_tag)
-            except PackageIndexError as exc:
+            item, vendor, silent = None, "", []
+            for vendor in urls:
+                try:
+                    item = find_wheel(index_files(vendor, name), name, version, spec.arch, spec.python_tag)
+                except PackageIndexError as exc:
+                    silent.append(str(exc))
+                    continue
+                if item is not None:
+                    break
+            if item is None and silent:
                 raise LockError(f"{name}=={version} is not on {_public(self.index_url)} for {spec.platform}, and the "
-                                f"index matrix.yaml names for it does not answer: {exc}") from None
+                                f"index matrix.yaml names for it does not answer: {'; '.join(silent)}")
             if item is None:
                 raise LockError(f"{name}=={version}: no {spec.python_tag} {spec.arch} wheel on "
-                                f"{_public(self.index_url)} nor on {_public(vendor)} (package_indexes.{name})")
+                                f"{_public(self.index_url)} nor on {', '.join(map(_public, urls))} "
+                                f"(package_indexes.{name})")
             path = download(item, self.cache_dir)
             sha256 = item.sha256 or sha256_file(path)
             links.mkdir(exist_ok=True)
@@ -217,9 +229,22 @@ class LockMaker:
                 lambda n: has_wheel(self.files(n), n, pins[n], spec.arch, spec.python_tag), names), strict=True))
         return sorted(n for n, ok in wheels.items() if not ok)
 
+    def source_archive(self, source: SourcePackage) -> IndexFile:
+        """The source tree: the index's sdist (with the index's sha256), or the git tag's archive, whose host
+        publishes no sha256: the lock records the one downloaded now (trust on first use, then enforced)."""
+        if source.archive is None:
+            return find_sdist(self.files(source.name), source.name, source.version)
+        file, url = source.archive
+        try:
+            path = download(IndexFile(file, url, ""), self.cache_dir)
+        except PackageIndexError as exc:
+            raise LockError(f"{source.name} {source.version}: its tag archive {url} could not be downloaded: {exc}") \
+                from None
+        return IndexFile(file, url, sha256_file(path))
+
     def make(self, spec: LockSpec, root: Path) -> Path:
         source = spec.source
-        sdist_item = find_sdist(self.files(source.name), source.name, source.version)
+        sdist_item = self.source_archive(source)
         self.out(f"[lock] {spec.release}/{spec.backend}/{spec.arch}: {sdist_item.file} "
                  f"(sha256 {sdist_item.sha256[:12]})")
         runtime, build = source_requirements(source, download(sdist_item, self.cache_dir))
@@ -281,6 +306,7 @@ class LockMaker:
             f"# source-package: {source.name}=={source.version}"
             + (f" ({source.project_file})" if source.project_file else ""),
             f"# source-sdist: {sdist_item.file} {sdist_item.url} sha256:{sdist_item.sha256}",
+            *([f"# source-subdir: {source.subdir}"] if source.subdir else []),
             f"# build-requirements: {' '.join(build_names)}",
             f"# from-source: {' '.join(sorted(from_source))}",
         ]

@@ -122,7 +122,7 @@ Elsewhere = Callable[[str, str], str | None]
 def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_index: Callable[[str, str], bool],
            metadata: Callable[[str], tuple[dict[str, str], str | None]],
            vllm_exceptions: dict[str, list[str]] | None = None,
-           elsewhere: Elsewhere = lambda name, version: None) -> Candidate:
+           elsewhere: Elsewhere = lambda name, version: None, sglang_tag_url: str | None = None) -> Candidate:
     wheels = [f for f, kind in entries if kind == "wheel"]
     arches = set().union(*(_wheel_arches(f.file) for f in wheels)) if wheels else set()
     cand = Candidate(package, version, {a: a in arches for a in ARCHES}, any(k == "sdist" for _, k in entries))
@@ -156,7 +156,10 @@ def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_
         if not any(on_index("vllm", v) for v in wanted):
             cand.problems.append(f"vllm {' or '.join(wanted)} (vllm-ascend's rule) is not on this index")
     if package == "sglang" and not cand.sdist:
-        cand.problems.append("no sdist: the NPU build needs the tagged source tree")
+        if sglang_tag_url:  # backends.sglang.artifacts.source_tag: releases say `tree: git-tag`
+            cand.notes.append(f"no sdist: build it from its git tag, {sglang_tag_url.format(version=version)}")
+        else:
+            cand.problems.append("no sdist: the NPU build needs the tagged source tree")
     return cand
 
 
@@ -184,22 +187,23 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
             return {}, None
         return _pins(meta.requires_dist), meta.requires_python
 
-    vendors = {normalize(n): s.url for n, s in matrix.spec.package_indexes.items()}
+    vendors = {normalize(n): s.urls for n, s in matrix.spec.package_indexes.items()}
     vendor_listing: dict[str, list[IndexFile] | None] = {}
 
     def elsewhere(name: str, version: str) -> str | None:
-        url = vendors.get(normalize(name))
-        if url is None:
-            return None
-        if name not in vendor_listing:
-            try:
-                vendor_listing[name] = index_files(url, name)
-            except PackageIndexError:
-                vendor_listing[name] = None
-        listed = vendor_listing[name]
-        if listed is None:
-            return f"unreachable {url}"
-        return url if any((_version(f.file) or (None, ""))[0] == Version(version) for f in listed) else ""
+        unreachable = ""
+        for url in vendors.get(normalize(name), []):
+            if url not in vendor_listing:
+                try:
+                    vendor_listing[url] = index_files(url, name)
+                except PackageIndexError:
+                    vendor_listing[url] = None
+            listed = vendor_listing[url]
+            if listed is None:
+                unreachable = unreachable or f"unreachable {url}"
+            elif any((_version(f.file) or (None, ""))[0] == Version(version) for f in listed):
+                return url
+        return unreachable if normalize(name) in vendors else None
 
     found = []
     for package, versions in pinned.items():
@@ -208,8 +212,9 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
         newest = max(Version(v) for v in versions)
         newer = candidates(files(package), package, newest, pre)
         for version, entries in list(newer.items())[:limit]:
+            tag = matrix.spec.backends["sglang"].artifacts.get("source_tag")
             found.append(assess(package, version, entries, on_index, metadata,
-                                matrix.spec.backends["vllm"].vllm_exceptions, elsewhere))
+                                matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None))
     return found
 
 

@@ -31,7 +31,8 @@ class Rule:
     check: Callable[[Variant], str | None]
 
     def stated(self, spec: MatrixSpec) -> str:
-        return self.statement.format(spec=spec, kernel_cann=" and ".join(spec.backends["sglang"].kernel_release_cann))
+        tags = sum(len(k.tags) for k in spec.backends["sglang"].kernel_releases)
+        return self.statement.format(spec=spec, kernel_tags=tags)
 
 
 @dataclass(frozen=True)
@@ -192,12 +193,17 @@ def _sglang_kernel_cann(v: Variant) -> str | None:
     pins = _sglang_pins(v)
     if pins is None or pins.sgl_kernel_npu.from_ != "release":
         return None
-    covered = v.matrix.spec.backends["sglang"].kernel_release_cann
-    if covered and v.cann_version < min(ascend(c) for c in covered):
-        return (
-            f"sgl-kernel-npu {pins.sgl_kernel_npu.tag} release zips cover CANN {' and '.join(covered)}; "
-            f"CANN {v.cann_version} needs `from: source`"
-        )
+    tag = pins.sgl_kernel_npu.tag
+    group = next((k for k in v.matrix.spec.backends["sglang"].kernel_releases if tag in k.tags), None)
+    if group is None:
+        known = [t for k in v.matrix.spec.backends["sglang"].kernel_releases for t in k.tags]
+        return (f"sgl-kernel-npu tag {tag} is not in backends.sglang.kernel_releases, so no zip is known for it; "
+                f"known tags: {', '.join(known)}")
+    builds = [(ascend(b.cann), b.torch, b.python) for b in group.builds]
+    if (v.cann_version, v.torch, v.python_version) not in builds:
+        have = ", ".join(f"CANN {b.cann} + torch {b.torch} + Python {b.python}" for b in group.builds)
+        return (f"sgl-kernel-npu {tag} publishes zips for {have}; this release has CANN {v.cann_version} + torch "
+                f"{v.torch} + Python {v.python_version}: pick a tag that builds it, or `from: source`")
     return None
 
 
@@ -222,8 +228,10 @@ RULES: tuple[Rule, ...] = (
          "SG", _sglang_min_version),
     Rule("hdk-floor-from-cann", "error", "the HDK floor is at least the driver CANN was released with", "MF",
          _hdk_floor),
-    Rule("sgl-kernel-npu-coverage", "error", "sgl-kernel-npu release zips exist for CANN {kernel_cann}",
-         "SG", _sglang_kernel_cann),
+    Rule("sgl-kernel-npu-coverage", "error",
+         "sgl-kernel-npu publishes release zips for the builds its release matrix lists (backends.sglang."
+         "kernel_releases: {kernel_tags} tags)", "SG (sgl-kernel-npu build_and_release.yml at each tag)",
+         _sglang_kernel_cann),
     Rule("torch-npu-cann-pair", "warning", "torch_npu is released for one CANN version", "PT", _torch_npu_cann),
     Rule("task-queue-graph-mode", "warning", "TASK_QUEUE_ENABLE=2 conflicts with graph mode",
          "ref000; ref001", _task_queue_graph_mode),

@@ -132,6 +132,21 @@ class ArtifactSpec(Strict):
     url: str  # where a connected host downloads it
 
 
+class KernelBuild(Strict):
+    cann: str
+    torch: str
+    python: str = "3.11"
+
+
+class KernelReleases(Strict):
+    """sgl-kernel-npu tags that share one release matrix (.github/workflows/build_and_release.yml at each tag):
+    the zips each of them publishes, for both chips and both arches."""
+
+    tags: list[str]
+    builds: list[KernelBuild]
+    source: str
+
+
 class BackendSpec(Strict):
     description: str
     allocator: str
@@ -143,7 +158,7 @@ class BackendSpec(Strict):
     python: str | dict[str, str] | None = None
     min_version: str | None = None
     min_cann: str | None = None
-    kernel_release_cann: list[str] = Field(default_factory=list)
+    kernel_releases: list[KernelReleases] = Field(default_factory=list)
     # vllm-ascend versions whose PyPI sdist lacks the catlass sources its A2/A3 custom-op build needs
     sdist_lacks_catlass: list[str] = Field(default_factory=list)
     source: str
@@ -193,6 +208,9 @@ class SglangPins(LockedPins):
     sgl_kernel_npu: SglKernelNpu
     # the NPU project file that replaces python/pyproject.toml before install (SG; VQ for 0.5.8)
     project_file: str = "pyproject_npu.toml"
+    # where the source tree comes from: PyPI's sdist (up to 0.5.10.post1, the sdist root is python/), or the git
+    # tag's archive (backends.sglang.artifacts.source_tag: the repository root; the project is in python/)
+    tree: Literal["sdist", "git-tag"] = "sdist"
     # SGLang's NPU code imports `triton` (sglang.srt.utils.common); on NPU that is triton-ascend, which
     # SGLang's own NPU images install beside it (SG docker/npu*.Dockerfile)
     triton_ascend: str | None = None
@@ -262,9 +280,9 @@ class CiSpec(Strict):
 
 
 class PackageIndexSpec(Strict):
-    """A vendor's PEP 503 pip index that publishes versions of a package PyPI does not carry."""
+    """Vendor PEP 503 pip indexes that publish versions of a package PyPI does not carry, looked in in order."""
 
-    url: str
+    urls: list[str]
     source: str
 
 

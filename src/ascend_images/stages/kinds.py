@@ -234,7 +234,7 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
             raise
         sdist = {"file": "lock-missing.tar.gz", "url": "lock-missing", "sha256": MISSING_SHA256}
         return ({"sdist": sdist, "build_requirements": ["setuptools"], "from_source": [], "overrides": [],
-                 "missing": str(exc)},
+                 "subdir": "", "missing": str(exc)},
                 f"# LOCK MISSING OR STALE: {exc}\n".encode())
     file, url, sha256 = lock.source_sdist
     directory = sources.artifacts.directory
@@ -244,7 +244,7 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
             raise LockError(f"{directory / file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
         url = f"{SERVER_VAR}/artifacts/{file}"
     return ({"sdist": {"file": file, "url": url, "sha256": sha256}, "build_requirements": list(lock.build_requirements),
-             "from_source": list(lock.from_source),
+             "from_source": list(lock.from_source), "subdir": lock.source_subdir,
              "overrides": list(lock.overrides), "missing": ""}, lock.text.encode())
 
 
