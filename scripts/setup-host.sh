@@ -9,7 +9,10 @@ step() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 need=()
 # (shellcheck is what actionlint runs on the workflow's run: scripts)
-for pkg in docker.io debootstrap qemu-user-static binfmt-support docker-registry shellcheck; do
+# (gcc and binutils: the tests compile the CANN stub libraries and read wheels' symbols with readelf)
+for pkg in docker.io debootstrap qemu-user-static binfmt-support docker-registry shellcheck gcc libc6-dev binutils; do
+  # a host with a Docker engine of its own (docker-ce, a CI runner's) keeps it
+  [ "$pkg" = docker.io ] && command -v dockerd >/dev/null 2>&1 && continue
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

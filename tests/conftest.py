@@ -22,6 +22,30 @@ def pytest_addoption(parser):
                      help="run tests/image against this existing image (repeatable); default: the CI selection")
 
 
+def _forbidden_skips(config) -> list:
+    """With CI=true nothing may skip outside tests/npu (which needs a real NPU host)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if not IN_CI or os.environ.get("PYTEST_XDIST_WORKER") or reporter is None:
+        return []
+    return [r for r in reporter.stats.get("skipped", []) if not r.nodeid.startswith("tests/npu/")]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = _forbidden_skips(config)
+    if skipped:
+        terminalreporter.section(f"CI=true: {len(skipped)} test(s) skipped outside tests/npu: the run fails", red=True)
+        for report in skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            terminalreporter.write_line(f"  {report.nodeid}: {reason}", red=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A skip outside tests/npu under CI=true fails the run, whatever else passed (the summary names each)."""
+    if _forbidden_skips(session.config):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
     return load_matrix(ROOT / "matrix.yaml")
@@ -268,9 +292,9 @@ def auth_registry(tmp_path, docker_client):
     yield from _local_registry(tmp_path, docker_client, {AUTH_USER: AUTH_PASSWORD})
 
 
-# --- an x86_64 variant that builds natively in minutes: torch 2.13.0+cpu from this machine's wheelhouse ------
-WHEELHOUSE = Path("/opt/wheels")
+# --- an x86_64 variant that builds natively in minutes: torch 2.13.0+cpu from a local wheelhouse -----------------
 TORCH_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 X86_RELEASE = "test-wheelhouse"
 
 
@@ -290,16 +314,44 @@ def x86_matrix(tmp_path_factory) -> Path:
     return matrix_copy(tmp_path_factory.mktemp("matrix"), with_wheelhouse_release)
 
 
+def pip_find_links() -> list[Path]:
+    """The local directories pip is configured to find wheels in (`pip config`, PIP_FIND_LINKS)."""
+    import subprocess
+
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    values = [line.split("=", 1)[1].strip("'\"") for line in listed.splitlines() if ".find-links=" in line]
+    values += os.environ.get("PIP_FIND_LINKS", "").split()
+    return [Path(p.removeprefix("file://")) for v in values for p in v.split() if not p.startswith("http")]
+
+
+def torch_cpu_wheel(cache: Path) -> Path:
+    """PyTorch's x86_64 CPU wheel of torch 2.13.0: from pip's configured find-links when a directory there has it,
+    else downloaded (verified) from PyTorch's CPU index into the test cache."""
+    for directory in pip_find_links():
+        if (directory / TORCH_WHEEL).is_file():
+            return directory / TORCH_WHEEL
+    from ascend_images.inputs.pypi import PackageIndexError, download, index_files
+
+    try:
+        (item,) = [f for f in index_files(TORCH_CPU_INDEX, "torch") if f.file == TORCH_WHEEL]
+        return download(item, cache)
+    except (PackageIndexError, ValueError) as exc:
+        message = (f"{TORCH_WHEEL} is in none of pip's find-links ({', '.join(map(str, pip_find_links())) or 'none'}) "
+                   f"and {TORCH_CPU_INDEX} did not give it: {exc}")
+        if IN_CI:
+            pytest.fail(f"CI=true: {message}")
+        pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory) -> Path:
+def wheelhouse(tmp_path_factory, work_dir: Path) -> Path:
     """Only the torch wheels: whatever else pip needs comes from PyPI, so a log proves where torch came from."""
-    if not (WHEELHOUSE / TORCH_WHEEL).exists():
-        pytest.skip(f"{WHEELHOUSE / TORCH_WHEEL} is not on this machine")
+    torch = torch_cpu_wheel(work_dir.parent / "cache" / "torch-cpu")
     # only the torch wheel: whatever else pip needs must come from PyPI, so the log proves where torch came from
     from tests.fixtures.fake_sgl_kernel_npu.make_zips import wheel_bytes
 
     house = tmp_path_factory.mktemp("wheelhouse")
-    (house / TORCH_WHEEL).symlink_to(WHEELHOUSE / TORCH_WHEEL)
+    (house / TORCH_WHEEL).symlink_to(torch)
     name, data = wheel_bytes("torch", "2.13.0+testdouble", "torch", [], "aarch64", "instead of a 4 GB CUDA torch")
     (house / name).write_bytes(data)
     return house

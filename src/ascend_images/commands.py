@@ -311,8 +311,10 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
     variants = sel.variants(matrix)
     check_rules(variants, out)
     client = connect()
+    # every selection flag, so an overlay (profile, allocator, --env) over shared stages can be measured too
     selection = {"device": sel.device, "backend": sel.backend, "release": sel.release, "os": sel.os,
-                 "arch": sel.arch, "python": sel.python}
+                 "arch": sel.arch, "python": sel.python, "profile": sel.profile,
+                 "env": parse_env_overrides(sel.env), "allocator": sel.allocator}
     settings = BuildSettings(flags.sources(matrix), input_flags.inputs(), work_dir,
                              revision=git_revision(PROJECT_ROOT))
     setup = BenchSetup(client, settings, Path(sel.matrix), selection,

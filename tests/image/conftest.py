@@ -12,22 +12,31 @@ from ascend_images.stages.names import image_tag
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
 
 
-def ci_image_tags() -> list[str]:
-    """The tags the CI selection produces, known without an engine (plans are deterministic)."""
+def ci_image_backends() -> dict[str, str]:
+    """The tags the CI selection produces, with each one's backend, known without an engine (plans are
+    deterministic)."""
     from ascend_images.matrix.model import load_matrix
 
     matrix = load_matrix(ROOT / "matrix.yaml")
-    tags = []
+    out = {}
     for selection in CI_SELECTIONS:
         chosen = {**selection, "env": parse_env_overrides(selection.get("env", []))}
-        variants = select(matrix, arch=TEST_ARCH, **chosen)
-        tags += [image_tag(v, TEST_NAMESPACE) for v in variants]
-    return sorted(set(tags))
+        for v in select(matrix, arch=TEST_ARCH, **chosen):
+            out[image_tag(v, TEST_NAMESPACE)] = v.backend
+    return dict(sorted(out.items()))
+
+
+def ci_image_tags() -> list[str]:
+    return list(ci_image_backends())
 
 
 def pytest_generate_tests(metafunc):
     if "image" in metafunc.fixturenames:
         images = metafunc.config.getoption("--image") or ci_image_tags()
+        if metafunc.definition.get_closest_marker("backend_image") and not metafunc.config.getoption("--image"):
+            # a check of what only a backend image has runs on those: deselected, not skipped, on the others
+            backends = ci_image_backends()
+            images = [i for i in images if backends[i] != "none"]
         metafunc.parametrize("image", images, ids=[i.rsplit(":", 1)[-1] for i in images], scope="module",
                              indirect=True)
 

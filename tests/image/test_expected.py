@@ -47,6 +47,16 @@ CANN_910_A3 = {**CANN_850_A3, "io.ascend-images.cann": "9.1.0", "io.ascend-image
                "io.ascend-images.cann-layout": "cann-versioned-atb-abi", "io.ascend-images.torch": "2.10.0",
                "io.ascend-images.torch-npu": "2.10.0.post4", "io.ascend-images.release": "cann9.1.0-pt2.10.0"}
 TAIL = f"cann8.5.0-a3-debian12-py3.11-{ARCH}"
+# A2 (Atlas 800T A2, 910B): SOC_VERSION ascend910b1 (compat.md Devices; vllm-ascend's Dockerfile)
+A2 = {"SOC_VERSION": "ascend910b1"}
+A2_LABELS = {"io.ascend-images.device": "a2", "io.ascend-images.soc-version": "ascend910b1"}
+# ref002 (verl's SGLang quickstart): CANN 8.3.RC1 with torch 2.7.1 / torch_npu 2.7.1.post2; MF: CANN 8.3.RC1's
+# driver is HDK 25.3.RC1; CCI: up to 8.3 CANN lives under ascend-toolkit/<ver> with a `latest` link
+CANN_83_A2 = {**CANN_850_A3, **A2_LABELS, "io.ascend-images.cann": "8.3.RC1",
+              "io.ascend-images.cann-layout": "toolkit-latest", "io.ascend-images.hdk-floor": "25.3.RC1",
+              "io.ascend-images.torch": "2.7.1", "io.ascend-images.torch-npu": "2.7.1.post2",
+              "io.ascend-images.release": "cann8.3.rc1-sglang0.5.8"}
+TCMALLOC = f"/usr/lib/{TEST_ARCH}-linux-gnu/libtcmalloc.so.4"  # ref004 2.2; Debian libgoogle-perftools4
 EXPECTED = {
     f"torch-npu:2.8.0.post2-{TAIL}": {
         "env": {**COMMON, **PRODUCTION},
@@ -60,6 +70,27 @@ EXPECTED = {
         "absent": ["LD_PRELOAD", "VLLM_USE_V1", "HCCL_HOST_SOCKET_PORT_RANGE"],
         "labels": {**CANN_910_A3, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "production"},
+    },
+    f"torch-npu:2.8.0.post2-cann8.5.0-a2-debian12-py3.11-{ARCH}": {
+        "env": {**COMMON, **PRODUCTION, **A2, "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-8.5.0"},
+        "absent": ["LD_PRELOAD", "VLLM_USE_V1", "ATB_CXX_ABI"],
+        "labels": {**CANN_850_A3, **A2_LABELS, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
+                   "io.ascend-images.profile": "production"},
+    },
+    f"torch-npu:2.7.1.post2-cann8.3.rc1-a2-debian12-py3.11-{ARCH}": {
+        "env": {**COMMON, **PRODUCTION, **A2, "ASCEND_HOME_PATH": "/usr/local/Ascend/ascend-toolkit/latest",
+                "ASCEND_IMAGES_HDK_FLOOR": "25.3.RC1"},
+        "absent": ["LD_PRELOAD", "ATB_CXX_ABI"],
+        "labels": {**CANN_83_A2, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
+                   "io.ascend-images.profile": "production"},
+    },
+    # an --env value at build time and an allocator the backend does not preload: one thin overlay
+    f"torch-npu:2.8.0.post2-{TAIL}-tcmalloc-env455b65e5": {
+        "env": {**COMMON, **PRODUCTION, "OMP_NUM_THREADS": "8", "LD_PRELOAD": TCMALLOC},
+        "absent": ["VLLM_USE_V1"],
+        "labels": {**CANN_850_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
+                   "io.ascend-images.allocator": "tcmalloc", "io.ascend-images.profile": "production",
+                   "io.ascend-images.user-env": '{"OMP_NUM_THREADS": "8"}'},
     },
     f"torch-npu:2.8.0.post2-{TAIL}-debug": {
         "env": {**COMMON, **DEBUG},
@@ -91,6 +122,12 @@ EXPECTED = {
                    "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production"},
     },
 }
+
+
+def test_every_ci_image_has_an_expectation_written_out():
+    from tests.image.conftest import ci_image_tags
+
+    assert sorted(t.split("/", 1)[1] for t in ci_image_tags()) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -29,6 +29,16 @@ def test_table_prints_figures_and_verdicts():
     assert "shared-stage speed-up" in text and "1.75x (target >= 1.8x)" in text
     assert "target shared_at_least_1_8x" in text and "MISSED" in text
     assert "1.00% of cold" in text
+    assert "DERIVED" not in text
+
+
+def test_quick_figures_say_they_are_derived():
+    r = report(alone_measured=False)
+    r["verdicts"] = verdicts(r)
+    lines = {line.split("  ", 1)[0]: line for line in table(r).splitlines()}
+    assert "DERIVED from stage times" in lines["each variant alone (sum)"]
+    assert "DERIVED" in lines["shared-stage speed-up"]
+    assert "DERIVED" not in lines["no-op rebuild"]
 
 
 def test_each_variant_alone_is_built_under_tags_of_its_own():
