@@ -88,6 +88,9 @@ def _run(fn, *args, **kwargs):
         raise Exit(f"error: {exc}", code=2) from None
     except (docker.errors.DockerException, requests.exceptions.RequestException, PermissionError) as exc:
         raise Exit(f"error: {explain(exc)}", code=2) from None
+    except OSError as exc:  # a file error no flag check foresaw still reads as one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise Exit(f"error: {where}{exc.strerror or exc}", code=2) from None
 
 
 @task(help=SELECTION_HELP, iterable=SELECTION_ITERABLE)

@@ -195,7 +195,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
         raise SelectionError(f"the {' and '.join(doubles)} are test doubles (tests/fixtures): build them under "
                              f"a namespace of their own, e.g. --namespace {DEFAULT_NAMESPACE}-demo, so their tags "
                              "never look like a real build's")
-    inputs = input_flags.inputs()
+    inputs = input_flags.inputs(flags.index_credentials())
     client = connect()
     bases = base_images(variants, base_image, lambda ref: image_exists(client, ref))
     plan = make_plan(variants, PlanOptions(sources.cann, namespace, bases))
@@ -315,7 +315,7 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
     selection = {"device": sel.device, "backend": sel.backend, "release": sel.release, "os": sel.os,
                  "arch": sel.arch, "python": sel.python, "profile": sel.profile,
                  "env": parse_env_overrides(sel.env), "allocator": sel.allocator}
-    settings = BuildSettings(flags.sources(matrix), input_flags.inputs(), work_dir,
+    settings = BuildSettings(flags.sources(matrix), input_flags.inputs(flags.index_credentials()), work_dir,
                              revision=git_revision(PROJECT_ROOT))
     setup = BenchSetup(client, settings, Path(sel.matrix), selection,
                        base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out)

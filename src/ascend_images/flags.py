@@ -6,12 +6,53 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.cache import default_cache
 from ascend_images.inputs.checksums import parse_checksums, recorded_checksums
-from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
-from ascend_images.matrix.model import Matrix, Variant, load_matrix, parse_env_overrides, select
+from ascend_images.inputs.sources import (
+    ArtifactSource,
+    BuildInputs,
+    CannSource,
+    Credential,
+    Sources,
+    split_index_url,
+)
+from ascend_images.matrix.model import Matrix, Variant, control_character, load_matrix, parse_env_overrides, select
+
+PathKind = Literal["file", "dir", "dir-to-make"]
+
+
+def shown(value: str) -> str:
+    """A user's value as an error message shows it: as given, unless it holds characters that would break the line
+    (then quoted, with escapes)."""
+    return repr(value) if control_character(value) is not None or not value or value != value.strip() else value
+
+
+def checked_path(flag: str, value: str, kind: PathKind) -> Path:
+    """A file or directory flag's path, checked before anything is rendered or built: it exists, is of the right
+    kind and can be read (a directory to make: its nearest existing parent can be written)."""
+    path = Path(value)
+    value = shown(value)
+    if kind == "dir-to-make":
+        parent = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+        if not parent.is_dir():
+            raise SelectionError(f"{flag} {value}: {parent} is a file, not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise SelectionError(f"{flag} {value}: {parent} is not writable")
+        if parent != path and str(parent).startswith(("/proc", "/sys")):
+            raise SelectionError(f"{flag} {value}: nothing can be made under {parent}")
+        return path
+    if not path.exists():
+        raise SelectionError(f"{flag} {value}: no such {'file' if kind == 'file' else 'directory'}")
+    if kind == "file" and not path.is_file():
+        raise SelectionError(f"{flag} {value}: a directory, not a file")
+    if kind == "dir" and not path.is_dir():
+        raise SelectionError(f"{flag} {value}: a file, not a directory")
+    if not os.access(path, os.R_OK):
+        raise SelectionError(f"{flag} {value}: not readable")
+    return path
 
 
 @dataclass
@@ -30,7 +71,7 @@ class Selection:
     allocator: str | None = None
 
     def load(self) -> Matrix:
-        return load_matrix(self.matrix)
+        return load_matrix(checked_path("--matrix", self.matrix, "file"))
 
     def variants(self, matrix: Matrix | None = None) -> list[Variant]:
         matrix = matrix or self.load()
@@ -53,11 +94,21 @@ class SourceFlags:
     def cann_kind(self) -> str:
         return "local" if self.cann_dir and not self.cann_source else (self.cann_source or "")
 
+    def check_paths(self) -> None:
+        """Every path flag, checked before the first use of any (inside the task, so errors read as one line)."""
+        for flag, value, kind in (("--checksums", self.checksums, "file"), ("--cann-dir", self.cann_dir, "dir"),
+                                  ("--artifacts-dir", self.artifacts_dir, "dir"),
+                                  ("--dest", self.cache_dir, "dir-to-make")):
+            if value:
+                checked_path(flag, value, kind)  # type: ignore[arg-type]
+
     def cache(self) -> Path:
+        self.check_paths()
         return Path(self.cache_dir) if self.cache_dir else default_cache()
 
     def known_checksums(self, matrix: Matrix) -> dict[str, str]:
         """Recorded on first use beside matrix.yaml, overridden by --checksums."""
+        self.check_paths()
         given = parse_checksums(Path(self.checksums)) if self.checksums else {}
         return {**recorded_checksums(matrix), **given}
 
@@ -71,7 +122,17 @@ class SourceFlags:
                           strict=strict, cache=cache)  # type: ignore[arg-type]
         artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict,
                                    cache)
-        return Sources(cann, artifacts, self.torch_index_url)
+        # the Dockerfile names the index without its credentials (index_credentials carries those)
+        torch_index = None if self.torch_index_url is None else split_index_url("--torch-index-url",
+                                                                                self.torch_index_url)[0]
+        return Sources(cann, artifacts, torch_index)
+
+    def index_credentials(self) -> tuple[Credential, ...]:
+        """The credentials of the index URLs these flags name, for the build server's netrc."""
+        if not self.torch_index_url:
+            return ()
+        credential = split_index_url("--torch-index-url", self.torch_index_url)[1]
+        return (credential,) if credential else ()
 
 
 def env_flag(name: str) -> str | None:
@@ -90,12 +151,14 @@ class InputFlags:
     ca_bundle: str | None = None
     netrc: str | None = None
 
-    def inputs(self) -> BuildInputs:
+    def inputs(self, index_credentials: tuple[Credential, ...] = ()) -> BuildInputs:
         # credentials are better kept off the command line: the environment is read too
         index = self.pip_index_url or env_flag("ASCEND_IMAGES_PIP_INDEX_URL") or ""
         extra = list(self.pip_extra_index_url)
         if env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL"):
             extra += env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL").split()  # type: ignore[union-attr]
+        for flag, url in (("--pip-index-url", index), *(("--pip-extra-index-url", u) for u in extra)):
+            split_index_url(flag, url)  # served in pip.conf by the build server, never rendered: only checked
         return BuildInputs(
             os_mirror=self.os_mirror or "",
             pip_index_url=index,
@@ -105,6 +168,7 @@ class InputFlags:
             wheelhouse=Path(self.wheelhouse) if self.wheelhouse else None,
             ca_bundle=Path(self.ca_bundle) if self.ca_bundle else None,
             netrc=Path(self.netrc) if self.netrc else None,
+            index_credentials=index_credentials,
         )
 
 

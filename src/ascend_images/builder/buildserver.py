@@ -132,8 +132,9 @@ class BuildServer:
         self._server = server
         if self.inputs.ca_bundle is not None:
             server.documents["/secrets/ca.pem"] = self.inputs.ca_bundle.read_bytes()
-        if self.inputs.netrc is not None:
-            server.documents["/secrets/netrc"] = self.inputs.netrc.read_bytes()
+        netrc = self.inputs.netrc_text()
+        if netrc is not None:
+            server.documents["/secrets/netrc"] = netrc
         if self.inputs.wheelhouse is not None:
             server.mounts["/wheelhouse"] = self.inputs.wheelhouse
         if self.cann_dir is not None:

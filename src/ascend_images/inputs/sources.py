@@ -153,6 +153,37 @@ class Sources:
     torch_index_url: str | None = None  # None: the matrix's per-arch default; "" for none
 
 
+Credential = tuple[str, str, str]  # (host, login, password) as a netrc `machine` line holds them
+
+
+def split_index_url(flag: str, url: str) -> tuple[str, Credential | None]:
+    """An index URL given on the command line as (the URL without credentials, its credentials): only the first may
+    reach a Dockerfile, a label or a content key; the second travels by the build server's netrc. A token in the
+    query string has no such way and is refused."""
+    if url == "":
+        return "", None
+    bad = next((c for c in url if ord(c) < 0x21 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise SelectionError(f"{flag}: the URL holds {bad!r}; a URL has no spaces or control characters")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SelectionError(f"{flag} {_redacted(parts)}: expected an http(s)://HOST/... index URL")
+    if parts.query or parts.fragment:
+        raise SelectionError(f"{flag} {_redacted(parts)}: a query or fragment cannot be kept out of the image; give "
+                             "credentials as https://USER:TOKEN@HOST/... or with --netrc")
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    public = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    if parts.username is None and parts.password is None:
+        return public, None
+    login = urllib.parse.unquote(parts.username or "")
+    return public, (parts.hostname, login, urllib.parse.unquote(parts.password or ""))
+
+
+def _redacted(parts: urllib.parse.SplitResult) -> str:
+    host = parts.hostname or ""
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", "")) if host else "(the URL)"
+
+
 @dataclass(frozen=True)
 class BuildInputs:
     """Everything a build fetches that is not part of the recipe: none of it is rendered into a
@@ -166,6 +197,7 @@ class BuildInputs:
     wheelhouse: Path | None = None
     ca_bundle: Path | None = None
     netrc: Path | None = None
+    index_credentials: tuple[Credential, ...] = ()  # from index URLs the Dockerfiles name without them
 
     def __post_init__(self) -> None:
         for flag, path in (("--wheelhouse", self.wheelhouse), ("--ca-bundle", self.ca_bundle),
@@ -177,8 +209,20 @@ class BuildInputs:
 
     @property
     def has_credentials(self) -> bool:
+        """Anything secret the build server serves: then it serves it under an unguessable path. A user name alone
+        counts (token-only URLs: https://TOKEN@host/...)."""
         urls = (self.pip_index_url, *self.pip_extra_index_urls)
-        return self.netrc is not None or any(urllib.parse.urlsplit(u).password for u in urls if u)
+        in_urls = any(urllib.parse.urlsplit(u).username is not None for u in urls if u)
+        return self.netrc is not None or bool(self.index_credentials) or in_urls
+
+    def netrc_text(self) -> bytes | None:
+        """--netrc's content with a `machine` line for each index credential, or None when there is neither."""
+        if self.netrc is None and not self.index_credentials:
+            return None
+        own = self.netrc.read_bytes() if self.netrc is not None else b""
+        lines = "".join(f"machine {h} login {login} password {password}\n" for h, login, password in
+                        self.index_credentials)
+        return own + (b"\n" if own and not own.endswith(b"\n") else b"") + lines.encode()
 
     def pip_conf(self, server_url: str) -> str:
         lines = ["[global]", "no-cache-dir = true", "disable-pip-version-check = true"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,14 +395,30 @@ def all_variants(matrix: Matrix) -> list[Variant]:
     return out
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character in `text`, spelt so a terminal shows it (\\n, \\x1b), or None."""
+    for c in text:
+        if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029":
+            return repr(c)[1:-1]
+    return None
+
+
 def parse_env_overrides(items: Iterable[str]) -> dict[str, str]:
-    """--env KEY=VALUE pairs; the key must be a valid environment variable name."""
+    """--env KEY=VALUE pairs: the key a valid environment variable name, the value one line of text (a control
+    character would end the Dockerfile's ENV instruction and start another)."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SelectionError(f"--env {item!r}: expected KEY=VALUE")
-        if not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+        if not ENV_NAME.fullmatch(key):
             raise SelectionError(f"--env {item!r}: {key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        bad = control_character(value)
+        if bad is not None:
+            raise SelectionError(f"--env {key}: the value holds the control character {bad}; a value is one line of "
+                                 "printable text")
         out[key] = value
     return out

@@ -8,11 +8,37 @@ alias `latest-<device>-<backend>`."""
 
 from __future__ import annotations
 
+import re
+
 from ascend_images import DEFAULT_NAMESPACE
+from ascend_images.errors import SelectionError
 from ascend_images.matrix.model import Variant
 from ascend_images.stages.kinds import KINDS, LABEL_PREFIX, image_kind, overlay_suffix, stage_version, top_kind
 
 __all__ = ["DEFAULT_NAMESPACE", "LABEL_PREFIX", "overlay_suffix", "stage_version", "top_kind"]
+# Docker's reference grammar (distribution/reference): an optional registry host[:port], then path components of
+# lowercase letters and digits joined by one '.', one or two '_', or any number of '-'
+_DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                     r"(?::[0-9]+)?")
+_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+
+
+def check_namespace(namespace: str, flag: str = "--namespace") -> str:
+    """The namespace, if Docker accepts it in front of `/<repo>:<tag>`; else an error naming the part and the rule."""
+    parts = namespace.split("/")
+    first = parts[0]
+    if len(parts) > 1 and ("." in first or ":" in first or first == "localhost"):
+        if not _DOMAIN.fullmatch(first):
+            raise SelectionError(f"{flag} {namespace!r}: {first!r} is not a registry host[:port]")
+        parts = parts[1:]
+    for part in parts:
+        if not _COMPONENT.fullmatch(part):
+            raise SelectionError(
+                f"{flag} {namespace!r}: {part!r} is not a repository path component (Docker's rule: lowercase letters "
+                "and digits, joined by '.', '_', '__' or dashes; e.g. ascend-images or registry.example.com:5000/ai)")
+    if len(namespace) > 200:
+        raise SelectionError(f"{flag}: {len(namespace)} characters; a repository name has at most 255 with its repo")
+    return namespace
 CONTENT_KEY_LABEL = f"{LABEL_PREFIX}.content-key"
 TEST_DOUBLE_LABEL = f"{LABEL_PREFIX}.test-double"
 
@@ -57,7 +83,7 @@ def stage_tag(kind: str, v: Variant, namespace: str) -> str:
 
 def image_tag(v: Variant, namespace: str = DEFAULT_NAMESPACE) -> str:
     """A variant's image, known without a plan or an engine."""
-    return stage_tag(image_kind(v), v, namespace)
+    return stage_tag(image_kind(v), v, check_namespace(namespace))
 
 
 def list_tag(v: Variant) -> str:

@@ -12,7 +12,7 @@ from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.sources import CannSource
 from ascend_images.matrix.model import Variant
 from ascend_images.stages.kinds import KINDS
-from ascend_images.stages.names import stage_tag
+from ascend_images.stages.names import check_namespace, stage_tag
 from ascend_images.stages.stage import Stage
 
 
@@ -22,6 +22,9 @@ class PlanOptions:
     namespace: str = DEFAULT_NAMESPACE
     # (os, arch) -> the image the base stage starts FROM; default: the matrix's image for the OS
     base_images: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_namespace(self.namespace)
 
 
 @dataclass

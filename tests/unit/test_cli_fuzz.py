@@ -1,0 +1,94 @@
+"""The command line against random and adversarial values (hypothesis): each invocation either succeeds or ends
+with exactly one `error:` line, never a traceback, and a refused `render` leaves nothing rendered. Run in-process
+through invoke's own Program (the task bodies and flag parsing as `invoke` runs them), bounded in examples."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ROOT
+
+ADVERSARIAL = ["", " ", "\n", "\r", "\t", "\x00", "\x1b[31m", "$(touch /pwned)", "`id`", "'", '"', "\\", "../..",
+               "/", "a" * 300, "é", "名字", "\u2028", "-1", "99999999999999999999", "--help", "a=b", "=", "A-B"]
+text = st.one_of(st.sampled_from(ADVERSARIAL), st.text(max_size=40))
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+                    derandomize=True)
+
+
+def run(*argv: str) -> tuple[str, str]:
+    """(stdout, stderr) of `invoke ARGV` run in this process; an exception escaping invoke is a traceback."""
+    sys.path.insert(0, str(ROOT))
+    from invoke import Collection, Program
+
+    import tasks
+
+    program = Program(namespace=Collection.from_module(tasks), version="test")
+    out, err = io.StringIO(), io.StringIO()
+    # --help and parse errors exit: their text is checked by the caller
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+        program.run(["invoke", *argv], exit=False)
+    return out.getvalue(), err.getvalue()
+
+
+def assert_clean(stderr: str) -> bool:
+    """True when refused: then exactly one line, `error:` or invoke's own flag-parse message."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    if not lines:
+        return False
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(("error: ", "No idea what", "'", "Flag ", "Value ", "The '")), lines[0]
+    return True
+
+
+@SETTINGS
+@given(key=st.one_of(st.sampled_from(["X", "OMP_NUM_THREADS", "_a1", "1X", "A-B", ""]), text), value=text,
+       namespace=st.one_of(st.sampled_from(["ascend-images", "reg.example:5000/ai", "Bad", "a__b", "a_-b"]), text),
+       device=st.one_of(st.sampled_from(["a2", "a3", "a2,a3", "a4", ""]), text))
+def test_render(key, value, namespace, device):
+    out = Path(tempfile.mkdtemp(prefix="fuzz-render-")) / "ctx"
+    try:
+        _, err = run("render", "--env", f"{key}={value}", "--namespace", namespace, "--device", device,
+                     "--backend", "none", "--out", str(out))
+        if assert_clean(err):
+            assert not out.exists() or not any(out.iterdir()), "a refused render left files"
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+
+
+@SETTINGS
+@given(env=st.lists(text, max_size=3), profile=st.one_of(st.sampled_from(["production", "debug"]), text),
+       allocator=st.one_of(st.sampled_from(["jemalloc", "none", "tcmalloc"]), text))
+def test_env(env, profile, allocator):
+    argv = ["env", "--device", "a3", "--profile", profile, "--allocator", allocator]
+    for item in env:
+        argv += ["--env", item]
+    assert_clean(run(*argv)[1])
+
+
+@SETTINGS
+@given(release=text, arch=st.one_of(st.sampled_from(["aarch64", "x86_64"]), text), matrix=text)
+def test_matrix(release, arch, matrix):
+    assert_clean(run("matrix", "--release", release, "--arch", arch, "--matrix", matrix or "matrix.yaml")[1])
+
+
+@SETTINGS
+@given(dest=st.sampled_from(["README.md/sub", "/proc/forbidden", "/proc/1/x", "tasks.py"]), device=text)
+def test_fetch_dest(dest, device):
+    assert assert_clean(run("fetch", "--dest", dest, "--device", device)[1]), "a bad --dest was not refused"
+
+
+@SETTINGS
+@given(registry=text, namespace=text)
+def test_publish_dry_run(registry, namespace):
+    pytest.importorskip("docker")
+    assert_clean(run("publish", "--dry-run", "--registry", registry, "--namespace", namespace, "--device", "a3")[1])

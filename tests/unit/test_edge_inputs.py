@@ -1,0 +1,72 @@
+"""Every flag is checked at the edge: a bad value gets one `error:` line naming the flag and what is wrong, leaves
+nothing rendered, and a credential in an index URL reaches no rendered file. The inputs below are the ones a user
+tried (issue 26), each run through the real `invoke` command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ascend_images.inputs.sources import BuildInputs, split_index_url
+from tests.conftest import ROOT
+
+MARKER = "s3cret-marker-26"
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["render", "--env", "X=a\nRUN touch /pwned"], "--env X: the value holds the control character \\n"),
+    (["render", "--env", "X=a\rRUN touch /pwned"], "--env X: the value holds the control character \\r"),
+    (["render", "--namespace", "Bad/UPPER"], "--namespace 'Bad/UPPER': 'Bad' is not a repository path component"),
+    (["render", "--namespace", "my images"], "--namespace 'my images': 'my images' is not a repository path"),
+    (["render", "--matrix", "tests"], "--matrix tests: a directory, not a file"),
+    (["render", "--cann-dir", "README.md"], "--cann-dir README.md: a file, not a directory"),
+    (["render", "--torch-index-url", "https://mirror.example/simple?token=abc"],
+     "--torch-index-url https://mirror.example/simple: a query or fragment cannot be kept out of the image"),
+    (["render", "--torch-index-url", "ftp://mirror.example/simple"], "expected an http(s)://HOST/... index URL"),
+    (["build", "--checksums", "/nonexistent/sums"], "--checksums /nonexistent/sums: no such file"),
+    (["fetch", "--dest", "/proc/forbidden"], "--dest /proc/forbidden: nothing can be made under /proc"),
+])
+def test_a_bad_flag_is_one_line_and_renders_nothing(tmp_path, args, says):
+    out = tmp_path / "contexts"
+    extra = ["--out", str(out)] if args[0] == "render" else []
+    line = one_error_line(invoke(*args, "--device", "a3", *extra))
+    assert says in line, line
+    assert not out.exists()
+
+
+def test_a_credential_in_the_torch_index_reaches_no_rendered_file(tmp_path):
+    out = tmp_path / "contexts"
+    result = invoke("render", "--device", "a3", "--arch", "x86_64", "--out", str(out),
+                    "--torch-index-url", f"https://user:{MARKER}@mirror.example/simple")
+    assert result.returncode == 0, result.stderr
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if MARKER.encode() in p.read_bytes()]
+    assert MARKER not in result.stdout + result.stderr
+    torch = next(p for p in files if p.parent.name.startswith("torch-npu--") and p.name == "Dockerfile")
+    assert "--extra-index-url https://mirror.example/simple" in torch.read_text()
+
+
+def test_index_credentials_go_to_the_build_servers_netrc():
+    public, credential = split_index_url("--torch-index-url", f"https://user:{MARKER}@mirror.example:8443/simple")
+    assert public == "https://mirror.example:8443/simple"
+    inputs = BuildInputs(index_credentials=(credential,))
+    assert inputs.has_credentials
+    assert inputs.netrc_text() == f"machine mirror.example login user password {MARKER}\n".encode()
+    # a token alone in the user part is a credential too: served under an unguessable path
+    assert BuildInputs(pip_index_url="https://TOKEN@mirror.example/simple").has_credentials
+    assert not BuildInputs(pip_index_url="https://mirror.example/simple").has_credentials
