@@ -203,7 +203,7 @@ def os_image(docker_client) -> str:
 
 
 def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print,
-                       artifacts_dir: Path | None = None, jobs: int = 2):
+                       artifacts_dir: Path | None = None, jobs: int = 2, namespace: str = TEST_NAMESPACE):
     from ascend_images import commands as cli
 
     sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **selection)
@@ -211,7 +211,7 @@ def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work
                             artifacts_dir=str(artifacts_dir) if artifacts_dir else None)
     inputs = cli.InputFlags(ca_bundle=str(secrets["ca"]), netrc=str(secrets["netrc"]))
     # two stages at once by default: an emulated build keeps one core busy, and this machine has two
-    return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=TEST_NAMESPACE, jobs=jobs)
+    return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=namespace, jobs=jobs)
 
 
 def live_output(config):

@@ -92,6 +92,25 @@ def test_second_build_reuses_every_stage(ci_builds, fake_cann_dir, fake_artifact
         assert all(r.seconds < 30 for r in results)
 
 
+def test_another_namespace_builds_nothing(docker_client, ci_builds, fake_cann_dir, fake_artifacts_dir,
+                                          build_secrets, work_dir):
+    """A stage's identity is its content, not its name: the CI selection under another namespace (as a user's
+    `--namespace registry.example.com/ascend` after a default build) reuses every image, only tagging it."""
+    from tests.conftest import remove_tags
+
+    other = f"{TEST_NAMESPACE}-renamed"
+    built = {r.tag.replace(f"{TEST_NAMESPACE}/", f"{other}/", 1): r.image_id for _, rs in ci_builds for r in rs}
+    lines: list[str] = []
+    try:
+        for selection in CI_SELECTIONS:
+            _, results = build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=lines.append,
+                                            artifacts_dir=fake_artifacts_dir, namespace=other)
+            assert [r.status for r in results] == ["reused"] * len(results), lines  # counted: nothing built
+            assert {r.tag: r.image_id for r in results} == {r.tag: built[r.tag] for r in results}
+    finally:
+        remove_tags(docker_client, f"{other}/")
+
+
 class MarkerScan(io.RawIOBase):
     """A file object that reads through `raw` and remembers whether `marker` went by (across read boundaries)."""
 

@@ -38,7 +38,8 @@ from ascend_images.stages.plan import BuildPlan
 from ascend_images.stages.render import Renderer
 from ascend_images.stages.stage import Stage
 
-KEY_VERSION = "ascend-images-content-key-v1"
+# v2: the key no longer sees the namespace (a stage's identity is its content and its parent's image id)
+KEY_VERSION = "ascend-images-content-key-v2"
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,22 @@ class StageResult:
     context: str
 
 
-def content_key(context_dir: Path, parent_id: str, platform: str) -> str:
+def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str) -> str:
+    """A stage's identity: its context and its parent's image id, never its name. The context names the parent by
+    tag (FROM, the base.name label), and the tag carries the namespace; the parent's image id already says which
+    image that is, so each `<namespace>/<stage repo>:` is hashed as one placeholder, and a selection built under
+    another namespace (or pulled from another machine) has the same keys."""
+    names = [f"{namespace}/{row.repo}:".encode() for row in KINDS.values() if row.repo]
     digest = hashlib.sha256()
     for part in (KEY_VERSION, parent_id, platform):
         digest.update(part.encode() + b"\0")
     for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(context_dir).as_posix()
         digest.update(f"{rel}\0{path.stat().st_mode & 0o777:o}\0".encode())
-        digest.update(path.read_bytes())
+        data = path.read_bytes()
+        for name in names:
+            data = data.replace(name, b"<namespace>/" + name[len(namespace) + 1:])
+        digest.update(data)
         digest.update(b"\0")
     return digest.hexdigest()
 
@@ -203,7 +212,7 @@ class Builder:
                 captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
             ctx, files = self.renderer.context(stage, self.settings.sources, captured)
             context = self.renderer.write(stage, self.context_dir, ctx, files)
-            key = content_key(context, parent_id, platform)
+            key = content_key(context, parent_id, platform, stage.namespace)
             existing = None if self.settings.force else self._find_by_key(key, stage.tag)
             if existing:
                 return self._reuse(label, stage, existing, key, started, context)

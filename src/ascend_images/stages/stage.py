@@ -32,6 +32,10 @@ class Stage:
     def repo(self) -> str:
         return self.tag.rsplit(":", 1)[0]
 
+    @property
+    def namespace(self) -> str:
+        return self.repo.rsplit("/", 1)[0]
+
     def chain(self) -> list[Stage]:
         out: list[Stage] = []
         node: Stage | None = self
