@@ -57,6 +57,8 @@ class StageKind:
     repo: str  # the repository under the namespace ("" for an over-scoped kind: the image below's)
     tag_scope: TagScope
     version: Callable[[Variant], str] | None = None  # the tag's leading version and the OCI version label
+    # the OCI version label where it is spelt otherwise than in the tag (CANN's: 8.3.RC1, not the tag's 8.3.rc1)
+    label_version: Callable[[Variant], str] | None = None
     # (input, label value) of each input that, when a double, makes this image a test double; labels are
     # inherited, but the image that sets the label names every double below it too
     doubles: tuple[tuple[DoubleInput, str], ...] = ()
@@ -100,6 +102,12 @@ def stage_version(kind: str, v: Variant) -> str:
     if row.version is None:
         raise ValueError(f"stage kind {row.name!r} has no version")
     return row.version(v)
+
+
+def stage_label_version(kind: str, v: Variant) -> str:
+    """org.opencontainers.image.version of a stage: its tag's version, unless its row spells it otherwise."""
+    row = KINDS[kind].row_for(v)
+    return row.label_version(v) if row.label_version else stage_version(kind, v)
 
 
 def stage_doubles(stage: Stage, doubles: Mapping[DoubleInput, bool]) -> list[str]:
@@ -293,11 +301,12 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("cann-install", lambda v: True, _cann_install_labels,
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} installed, environment not yet baked",
               _cann_install_context, repo="cann-install", tag_scope="device",
-              version=lambda v: v.cann_version.tag, doubles=(("cann", "cann"),)),
+              version=lambda v: v.cann_version.tag, label_version=lambda v: v.release.cann,
+              doubles=(("cann", "cann"),)),
     StageKind("cann", lambda v: True, lambda s: {},
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} with its environment baked into ENV",
               _cann_context, repo="cann", tag_scope="device", version=lambda v: v.cann_version.tag,
-              doubles=(("cann", "cann"),), captures_env=True),
+              label_version=lambda v: v.release.cann, doubles=(("cann", "cann"),), captures_env=True),
     StageKind("torch", lambda v: True, _torch_labels,
               lambda s: f"torch {s.variant.torch} + torch_npu {s.variant.torch_npu} on CANN {s.variant.release.cann} "
                         f"for {s.variant.device}",

@@ -18,7 +18,7 @@ import jinja2
 
 from ascend_images.inputs.artifacts import off_index_wanted
 from ascend_images.inputs.sources import Sources
-from ascend_images.stages.kinds import IMAGES_DIR, KINDS, stage_doubles, stage_labels, stage_version
+from ascend_images.stages.kinds import IMAGES_DIR, KINDS, stage_doubles, stage_label_version, stage_labels
 from ascend_images.stages.names import TEST_DOUBLE_LABEL
 from ascend_images.stages.stage import Stage
 
@@ -82,7 +82,7 @@ class Renderer:
             "labels": {
                 "org.opencontainers.image.title": stage.repo.rsplit("/", 1)[-1],
                 "org.opencontainers.image.description": kind.description(stage),
-                "org.opencontainers.image.version": stage_version(stage.kind, v),
+                "org.opencontainers.image.version": stage_label_version(stage.kind, v),
                 "org.opencontainers.image.vendor": "ascend-images",
                 "org.opencontainers.image.licenses": "Apache-2.0",
                 "org.opencontainers.image.base.name": stage.parent_ref,
