@@ -1,7 +1,9 @@
 """Builds that overlap, are interrupted, or meet a broken engine: real `invoke` processes on a real engine.
 
 The chains are x86_64 (native, minutes) from the test release whose torch comes from this machine's
-wheelhouse; each test uses a namespace of its own, so its stages are really built, not reused."""
+wheelhouse. Each test has stages of its own, really built, not reused: a content key sees no namespace, so each
+test's matrix gives CANN a download referer of its own (rendered into the cann-install stage's RUN line), which makes
+its cann-install, cann and torch stages its own; the base stays shared by all, as a real host's would."""
 
 from __future__ import annotations
 
@@ -46,7 +48,14 @@ def start(args: list[str], log) -> subprocess.Popen:
 
 @pytest.fixture
 def x86_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
-    return {"matrix": x86_matrix, "cann": fake_cann_both, "wheelhouse": wheelhouse, "ca": build_secrets["ca"],
+    import yaml
+
+    data = yaml.safe_load(x86_matrix.read_text())
+    data["cann"]["download_referer"] += f"?test={uuid.uuid4().hex[:12]}"  # this test's own CANN stages
+    matrix = tmp_path / "matrix" / "matrix.yaml"
+    matrix.parent.mkdir()
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    return {"matrix": matrix, "cann": fake_cann_both, "wheelhouse": wheelhouse, "ca": build_secrets["ca"],
             "work_dir": tmp_path / "work"}
 
 
