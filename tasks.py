@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images import commands as cli
 from ascend_images.errors import AscendImagesError
+from ascend_images.flags import env_flag
 from ascend_images.lint import lint as lint_all
 from ascend_images.release import workflow
 
@@ -37,7 +38,10 @@ SOURCE_HELP = {
     "torch_index_url": "extra pip index for torch ('' for none); default per arch from the matrix",
 }
 CACHE_HELP = {"cache_dir": "download cache filled by `invoke fetch` (default ~/.cache/ascend-images/downloads)",
-              "fetch": "run `invoke fetch` for the selection first, then build from the cache"}
+              "fetch": "run `invoke fetch` for the selection first, then build from the cache",
+              "stage_cache": "REGISTRY/NAMESPACE shared stage store: pull a stage found there by content key instead "
+                             "of building it, push what is built (or set ASCEND_IMAGES_STAGE_CACHE)",
+              "stage_cache_read_only": "with --stage-cache: pull only, push nothing (e.g. CI on pull requests)"}
 INPUT_HELP = {
     "os_mirror": "replaces the OS's package host during the build (the image keeps stock sources)",
     "pip_index_url": "pip index (may hold credentials; or set ASCEND_IMAGES_PIP_INDEX_URL)",
@@ -143,7 +147,7 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
           artifacts_dir=None, torch_index_url=None, cache_dir=None, fetch=False, os_mirror=None,
           pip_index_url=None, pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None,
           ca_bundle=None, netrc=None, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir="build", force=False,
-          jobs=1):
+          jobs=1, stage_cache=None, stage_cache_read_only=False):
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     _run(cli.build_selection, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
@@ -152,7 +156,8 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
          print, work_dir=Path(work_dir), namespace=namespace, base_image=base_image, force=force, fetch=fetch,
-         jobs=int(jobs))
+         jobs=int(jobs), stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
+         stage_cache_read_only=stage_cache_read_only)
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, "dest": "cache directory (default ~/.cache/ascend-images/downloads)"},

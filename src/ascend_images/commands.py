@@ -176,7 +176,8 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
 def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
                     work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
                     base_image: str | None = None, force: bool = False,
-                    fetch: bool = False, jobs: int = 1) -> tuple[BuildPlan, list]:
+                    fetch: bool = False, jobs: int = 1, stage_cache: str | None = None,
+                    stage_cache_read_only: bool = False) -> tuple[BuildPlan, list]:
     """Validate everything, then build; returns (plan, results)."""
     if jobs < 1:
         raise SelectionError(f"--jobs {jobs}: at least 1 (stages built at once)")
@@ -208,7 +209,8 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
     for stage in plan.stages:
         out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
-    settings = BuildSettings(sources, inputs, work_dir, force=force, revision=git_revision(PROJECT_ROOT), jobs=jobs)
+    settings = BuildSettings(sources, inputs, work_dir, force=force, revision=git_revision(PROJECT_ROOT), jobs=jobs,
+                             stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only)
     builder = Builder(client, settings, out=out)
     results = builder.build(plan)
     for v in variants:

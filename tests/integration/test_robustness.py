@@ -248,15 +248,14 @@ def test_permission_denied_on_the_engine_socket(tmp_path):
             client.connect(str(path))
 
 
-@pytest.fixture
-def small_engine():
-    """A real second engine whose data root is a 400 MB loop-mounted file system."""
+def second_engine(size_mb: int):
+    """A real second engine whose data root is a loop-mounted file system of `size_mb`."""
     import tempfile
 
     from tests.fixtures.small_engine import SmallEngine
 
     # containerd's sockets live below the exec root: a pytest tmp_path is past the 108-byte socket path limit
-    engine = SmallEngine(Path(tempfile.mkdtemp(prefix="ai-small-")), size_mb=400)
+    engine = SmallEngine(Path(tempfile.mkdtemp(prefix="ai-small-")), size_mb=size_mb)
     try:
         engine.start()
     except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
@@ -266,6 +265,18 @@ def small_engine():
         pytest.skip(f"no loop-mounted engine here: {exc}")
     yield engine
     engine.stop()
+
+
+@pytest.fixture
+def small_engine():
+    """A second engine with a 400 MB data root: a base stage does not fit."""
+    yield from second_engine(400)
+
+
+@pytest.fixture
+def empty_engine():
+    """A second engine with room for a chain (a sparse 8 GB data root) and nothing in it."""
+    yield from second_engine(8000)
 
 
 def test_disk_full_during_a_build(docker_client, x86_inputs, small_engine, tmp_path):
@@ -284,3 +295,40 @@ def test_disk_full_during_a_build(docker_client, x86_inputs, small_engine, tmp_p
     assert small_engine.docker("ps", "-aq").stdout.strip() == b"", text
     # the second engine left the host's alone (a dockerd started with `--bridge none` deletes docker0)
     docker_client.containers.run("ascend-images/os:debian12-amd64", "true", remove=True)
+
+
+def test_a_second_engine_pulls_every_stage_from_the_stage_cache(docker_client, x86_inputs, registry, empty_engine,
+                                                                   namespace, tmp_path):
+    """A registry as the shared stage store, with two real engines: the host's engine builds the A2 chain and
+    pushes each stage; a second, empty engine (only the OS base image, an input like the CANN directory) builds the
+    same selection and builds nothing, pulling every stage; then a selection that differs only in its profile
+    builds exactly that one stage. Counted from the builds' own lines, not assumed."""
+    cache = f"{registry.host}/stage-cache-test-double"  # the images are built from the fake CANN
+    first = subprocess.run(build_args(**x86_inputs, namespace=namespace, device="a2", stage_cache=cache), cwd=ROOT,
+                           capture_output=True, text=True, timeout=1800)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr
+    pushed = re.findall(rf"  ({re.escape(namespace)}/\S+): pushed to the stage cache as (\S+)", first.stdout)
+    assert len(pushed) == 4, first.stdout[-3000:]  # base, cann-install, cann, torch
+    for _, ref in pushed:
+        assert docker_client.api.inspect_distribution(ref)["Descriptor"]["digest"].startswith("sha256:")
+
+    empty_engine.load_from_host("ascend-images/os:debian12-amd64")
+    env = {**os.environ, "DOCKER_HOST": empty_engine.host}
+    second = subprocess.run(build_args(**x86_inputs, namespace="ascend-images-fleet", device="a2", stage_cache=cache),
+                            cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr
+    assert ": building (log" not in second.stdout, second.stdout[-3000:]
+    assert len(re.findall(r": pulled from the stage cache", second.stdout)) == 4, second.stdout[-3000:]
+    assert "0 built, 0 reused, 4 pulled from the stage cache, 4 stages" in second.stdout
+    # the pulled chain is the one the first engine built: the same image ids
+    for tag, _ in pushed:
+        here = docker_client.api.inspect_image(tag)["Id"]
+        there = empty_engine.docker("image", "inspect", "--format", "{{.Id}}",
+                                    tag.replace(namespace, "ascend-images-fleet", 1)).stdout.decode().strip()
+        assert here == there, tag
+
+    third = subprocess.run(build_args(**x86_inputs, namespace="ascend-images-fleet", device="a2", stage_cache=cache,
+                                      profile="debug"), cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr
+    built = re.findall(r"\] (\S+): building \(log", third.stdout)
+    assert len(built) == 1 and built[0].endswith("-debug"), built

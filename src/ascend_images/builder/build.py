@@ -29,6 +29,7 @@ from ascend_images.builder.buildserver import BuildServer
 from ascend_images.builder.claims import claim, claims_dir
 from ascend_images.builder.engine import disk_full
 from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
+from ascend_images.builder.stagecache import StageCache
 from ascend_images.errors import BuildError, Interrupted
 from ascend_images.inputs.sources import BuildInputs, Sources
 from ascend_images.stages.envcapture import capture_env
@@ -53,13 +54,15 @@ class BuildSettings:
     # other; an emulated build is one busy core, so 2 halves a cold multi-variant build on a 2-core host
     jobs: int = 1
     revision: str = ""  # org.opencontainers.image.revision
+    stage_cache: str | None = None  # REGISTRY/NAMESPACE: look stages up there by key, push them after (stagecache)
+    stage_cache_read_only: bool = False
 
 
 @dataclass
 class StageResult:
     tag: str
     kind: str
-    status: str  # built | reused
+    status: str  # built | reused | pulled (from the stage cache)
     image_id: str
     content_key: str
     seconds: float
@@ -136,6 +139,8 @@ class Builder:
         self._streams: set[Any] = set()
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self.cache = (StageCache(settings.stage_cache, client, self.out, settings.stage_cache_read_only)
+                      if settings.stage_cache else None)
         if settings.jobs > 1:
             plain = self.out
 
@@ -220,11 +225,23 @@ class Builder:
                 existing = self._find_by_key(key, stage.tag) if waited and not self.settings.force else None
                 if existing:
                     return self._reuse(label, stage, existing, key, started, context)
-                return self._build_claimed(stage, label, index, key, context, server, started)
+                if self.cache is not None and not self.settings.force:
+                    pulled = self.cache.pull(stage, key, platform, parent_id, label)
+                    if pulled:
+                        self._tag(pulled, stage.tag)
+                        self.out(f"{label} {stage.tag}: pulled from the stage cache (content key {key[:12]})")
+                        return StageResult(stage.tag, stage.kind, "pulled", pulled, key,
+                                           time.monotonic() - started, None, str(context))
+                result = self._build_claimed(stage, label, index, key, context, server, started)
+        if self.cache is not None:
+            self.cache.push(stage, key, result.image_id)
+        return result
 
     def _reuse(self, label: str, stage: Stage, image_id: str, key: str, started: float,
                context: Path) -> StageResult:
         self._tag(image_id, stage.tag)
+        if self.cache is not None:  # a stage built here before the cache was named goes there too
+            self.cache.push(stage, key, image_id)
         self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
         return StageResult(stage.tag, stage.kind, "reused", image_id, key, time.monotonic() - started, None,
                            str(context))
@@ -312,8 +329,10 @@ class Builder:
                     self.results[stage.tag] = self.build_stage(stage, index, total, server)
         results = [self.results[s.tag] for s in plan.stages]
         built = sum(r.status == "built" for r in results)
+        pulled = sum(r.status == "pulled" for r in results)
         self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, "
-                 f"{total - built} reused, {total} stages")
+                 f"{total - built - pulled} reused, " + (f"{pulled} pulled from the stage cache, " if pulled else "")
+                 + f"{total} stages")
         self._write_report(plan, results)
         return results
 
