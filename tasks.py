@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import Exit, Task
+from invoke import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
@@ -58,6 +59,33 @@ INPUT_HELP = {
     "jobs": "stages built at once (default 1); siblings such as vllm and sglang on one torch build side by side",
 }
 SELECTION_ITERABLE = ["env"]
+
+
+class ShortFlagTask(Task):
+    """invoke's Task with short flags said per option (`short={"volume": "v", "python": None}`: None for none)
+    and never `-h` (help's) nor `-` (invoke's pick when every letter of a name is taken, shown as `--=STRING`):
+    such an option gets no short flag. Every other option keeps the letter invoke gives it."""
+
+    def __init__(self, body, short=None, **kwargs):
+        self.short = dict(short or {})
+        super().__init__(body, **kwargs)
+
+    def arg_opts(self, name, default, taken_names):
+        reserved = {letter for letter in self.short.values() if letter}
+        opts = super().arg_opts(name, default, taken_names | reserved)
+        long, *letters = opts["names"]
+        if name in self.short:
+            letters = [self.short[name]] if self.short[name] else []
+        elif set(letters) & {"h", "-"}:
+            taken_names.update(letters)  # still counted as taken: the options after keep the letters they had
+            letters = []
+        opts["names"] = [long, *letters]
+        return opts
+
+
+def task(*args, **kwargs):
+    """invoke's @task, making ShortFlagTasks."""
+    return invoke_task(*args, klass=ShortFlagTask, **kwargs)
 
 
 def _selection(*, matrix, device, backend, release, os, arch, python, profile, env, allocator) -> cli.Selection:
@@ -218,18 +246,32 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
                              "(the whole driver tree: HCCL topology files, hccn_tool)",
             "shm_size": "shared memory size (default 16g)", "ipc_host": "--ipc host",
             "network_host": "--network host (multi-node, serving)", "name": "container name",
-            "print": "print the equivalent docker run line and a compose service instead of running"},
-      iterable=SELECTION_ITERABLE)
+            "volume": "HOST:CONTAINER[:ro|rw], as docker run -v (repeatable; the host path must exist)",
+            "publish": "[IP:]HOST:CONTAINER[/tcp|/udp], as docker run -p (repeatable)",
+            "detach": "start in the background and return (the container stays; docker's -d)",
+            "restart": "no | on-failure[:N] | always | unless-stopped, as docker run --restart (needs --detach)",
+            "workdir": "working directory in the container (absolute), as docker run --workdir",
+            "print": "print instead of running: the equivalent docker run line and a compose service (--format)",
+            "format": "with --print: docker, compose, k8s (comma-separated; default docker,compose); k8s: a Pod "
+                      "asking the Ascend device plugin for the NPUs",
+            "replicas": "with --print --format k8s: a Deployment of N pods instead of a Pod"},
+      iterable=[*SELECTION_ITERABLE, "volume", "publish"],
+      # Docker's letters: -v volume, -p publish, -w workdir, -e env (the selection's --env: the container's
+      # environment); -d stays the selection's --device, so --detach has none
+      short={"volume": "v", "publish": "p", "workdir": "w", "python": None, "devices": None, "host_root": None})
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
         allocator=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
-        driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False):
+        driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False,
+        volume=None, publish=None, detach=False, restart=None, workdir=None, format="docker,compose", replicas=0):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     from builtins import print as echo
 
     code = _run(cli.run_image, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
         profile=profile, env=env, allocator=allocator),
-                cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name), echo,
+                cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name,
+                             volumes=list(volume or []), publish=list(publish or []), detach=detach,
+                             restart=restart, workdir=workdir, format=format, replicas=int(replicas)), echo,
                 image=image, command=_command_after_dashes(c.remainder), print_only=print)
     if code:
         raise Exit(code=code)

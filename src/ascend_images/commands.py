@@ -254,14 +254,19 @@ def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
 def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, command: list[str],
               print_only: bool = False, namespace: str = DEFAULT_NAMESPACE) -> int:
     from ascend_images.builder.engine import connect, image_exists
+    from ascend_images.runtime.k8s import k8s_yaml
     from ascend_images.runtime.run import (
         RunError,
         RunSpec,
         check_host,
         check_spec,
+        check_volumes,
         compose_service,
         docker_run_line,
         parse_devices,
+        parse_publish,
+        parse_restart,
+        parse_volume,
         run_container,
     )
 
@@ -270,6 +275,14 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     if flags.driver_mounts not in ("auto", "minimal", "full"):
         raise RunError(f"--driver-mounts {flags.driver_mounts!r}: valid: auto (full for 2+ NPUs or A3), minimal "
                        "(driver lib64 and version.info), full (the whole driver tree)")
+    formats = [f.strip() for f in flags.format.split(",") if f.strip()]
+    if not formats or set(formats) - {"docker", "compose", "k8s"}:
+        raise RunError(f"--format {flags.format!r}: valid: docker, compose, k8s (comma-separated; default "
+                       "docker,compose)")
+    if flags.format != RunFlags.format and not print_only:
+        raise RunError(f"--format {flags.format} says what --print prints; add --print")
+    if flags.replicas < 0 or (flags.replicas and "k8s" not in formats):
+        raise RunError(f"--replicas {flags.replicas}: a Deployment of N >= 1 pods, for --print --format k8s")
     matrix = sel.load()
     device = None
     if image is None:
@@ -277,11 +290,20 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         if len(variants) != 1:
             raise SelectionError(f"the selection names {len(variants)} images; narrow it or pass --image REF")
         image, device = image_tag(variants[0], namespace), variants[0].device
+    elif sel.device in matrix.spec.devices:  # --image REF --device a3: what the image is for, before any label
+        device = sel.device
     spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
                    mode=flags.mode, host_root=Path(flags.host_root),  # type: ignore[arg-type]
                    driver_mounts=flags.driver_mounts,  # type: ignore[arg-type]
                    shm_size=flags.shm_size, ipc_host=flags.ipc_host, network_host=flags.network_host,
-                   env=parse_env_overrides(sel.env), name=flags.name, device=device)
+                   env=parse_env_overrides(sel.env), name=flags.name, device=device,
+                   volumes=tuple(parse_volume(v) for v in flags.volumes),
+                   ports=tuple(parse_publish(p) for p in flags.publish), detach=flags.detach,
+                   restart=parse_restart(flags.restart) if flags.restart is not None else None,
+                   workdir=flags.workdir)
+    if not print_only:  # the flags' own mistakes before the engine is asked anything (warnings come below)
+        check_spec(spec)
+        check_volumes(spec)
     client = None if print_only else connect()
     if client is not None:
         if not image_exists(client, image):
@@ -290,11 +312,21 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     devices_spec = matrix.spec.devices.get(device) if device else None
     spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1)
     for warning in check_spec(spec):
-        out(f"warning: {warning}")
+        # printed: a comment, so the shell line, the compose file and the manifest still read as one
+        out(f"{'# ' if print_only else ''}warning: {warning}")
     if print_only:
-        out(docker_run_line(spec))
-        out("")
-        out(compose_service(spec))
+        printed = []
+        if "docker" in formats:
+            printed.append(docker_run_line(spec) + "\n")
+        if "compose" in formats:
+            printed.append(compose_service(spec))
+        if "k8s" in formats:
+            if devices_spec is None or not devices_spec.k8s_resource:
+                raise RunError(f"--format k8s needs the device plugin's resource name of the image's device "
+                               f"({device or 'unknown'}): pass --device a2 or a3 with --image, or set "
+                               "devices.<device>.k8s_resource in the matrix")
+            printed.append(k8s_yaml(spec, devices_spec.k8s_resource, flags.replicas))
+        out("\n".join(printed).rstrip("\n"))
         return 0
     runtimes = set(client.info().get("Runtimes", {})) if client else None
     check_host(spec, runtimes)

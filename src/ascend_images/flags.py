@@ -182,6 +182,15 @@ class RunFlags:
     ipc_host: bool = False
     network_host: bool = False
     name: str | None = None
+    # serving, as docker run spells it
+    volumes: list[str] = field(default_factory=list)  # HOST:CONTAINER[:ro|rw]
+    publish: list[str] = field(default_factory=list)  # [IP:]HOST:CONTAINER[/tcp|/udp]
+    detach: bool = False
+    restart: str | None = None  # no | on-failure[:N] | always | unless-stopped (needs detach)
+    workdir: str | None = None
+    # --print: what to print (comma-separated: docker, compose, k8s) and, for k8s, a Deployment of N replicas
+    format: str = "docker,compose"
+    replicas: int = 0
 
 
 @dataclass

@@ -113,3 +113,34 @@ def test_ctrl_c_stops_the_container(docker_client, a3_image, tmp_path):
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
     assert not docker_client.containers.list(all=True, filters={"name": name})
+
+
+def test_invoke_run_detached_with_a_read_only_volume_and_a_restart_policy(docker_client, a3_image, tmp_path):
+    """--detach returns once the container runs and leaves it (its restart policy, its logs); -v ...:ro and
+    --workdir reach it; the test removes it."""
+    root = make_host(tmp_path, devices=(0, 1))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x").write_text("from the host\n")
+    name = f"ascend-images-test-detach-{uuid.uuid4().hex[:8]}"
+    try:
+        result = subprocess.run(invoke_run("--image", a3_image, "--devices", "0-1", "--host-root", str(root),
+                                           "--shm-size", "64m", "--name", name, "--detach", "--restart",
+                                           "unless-stopped", "-v", f"{data}:/data:ro", "-w", "/data", "--",
+                                           "sh", "-c", "cat x; pwd; touch y || echo read-only; exec sleep 300"),
+                                cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"started {name}" in result.stdout
+        container = docker_client.containers.get(name)
+        assert container.attrs["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+        deadline = time.monotonic() + 120
+        logs = ""
+        while time.monotonic() < deadline and "read-only" not in logs:
+            time.sleep(1)
+            logs = container.logs().decode(errors="replace")
+        assert "from the host" in logs and "/data" in logs and "read-only" in logs, logs
+        container.reload()
+        assert container.status == "running"  # detached: still there after invoke returned
+    finally:
+        for leftover in docker_client.containers.list(all=True, filters={"name": name}):
+            leftover.remove(force=True)

@@ -2,7 +2,8 @@
 
     pytest tests/npu --image REF            # on a host with /dev/davinci*
     ASCEND_TEST_DEVICES=0-1                 # which NPUs (default: 0-1 if present, else 0)
-    ASCEND_TEST_MODEL=/models/Qwen2.5-0.5B  # optional: a tiny generation with the image's backend
+    ASCEND_TEST_MODEL=/models/Qwen2.5-0.5B  # optional: the image's backend serves it (mounted read-only, -v),
+                                            # asked for a completion through a published port (-p)
 
 Skipped cleanly anywhere without /dev/davinci0.
 """
@@ -10,13 +11,27 @@ Skipped cleanly anywhere without /dev/davinci0.
 from __future__ import annotations
 
 import io
+import json
 import os
+import socket
 import textwrap
+import time
+import urllib.error
+import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
 
-from ascend_images.runtime.run import RunSpec, check_host, parse_devices, run_container
+from ascend_images.runtime.run import (
+    RunSpec,
+    check_host,
+    check_spec,
+    parse_devices,
+    parse_publish,
+    parse_volume,
+    run_container,
+)
 
 pytestmark = [
     pytest.mark.npu,
@@ -83,18 +98,68 @@ def test_hccl_all_reduce(docker_client, npu_image):
     assert "allreduce 0 3.0" in out and "allreduce 1 3.0" in out
 
 
+SERVED = "tiny"  # --served-model-name of both servers
+SERVE_WAIT = 900  # seconds: loading weights and compiling graphs on the NPU
+
+
+def serve_command(backend: str, model_dir: str) -> list[str]:
+    """The backend's own OpenAI-compatible server on port 8000, the model mounted at model_dir."""
+    if backend == "vllm":
+        return ["vllm", "serve", model_dir, "--host", "0.0.0.0", "--port", "8000", "--max-model-len", "512",
+                "--served-model-name", SERVED]
+    return ["python", "-m", "sglang.launch_server", "--model-path", model_dir, "--host", "0.0.0.0", "--port", "8000",
+            "--attention-backend", "ascend", "--served-model-name", SERVED]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_tiny_generation(docker_client, npu_image):
+    """ASCEND_TEST_MODEL mounted read-only (-v), the backend's server started detached with a published port (-p),
+    as `invoke run ... --detach -v MODEL:/models/NAME:ro -p 127.0.0.1:PORT:8000 -- <launch line>` starts it;
+    then a completion asked over HTTP from the host."""
     model = os.environ.get("ASCEND_TEST_MODEL")
     if not model:
         pytest.skip("set ASCEND_TEST_MODEL to a small model directory")
     backend = docker_client.images.get(npu_image).labels.get("io.ascend-images.backend")
-    if backend == "vllm":
-        code_py = (f"from vllm import LLM, SamplingParams; llm = LLM({model!r}, max_model_len=512); "
-                   "print(llm.generate(['Hello'], SamplingParams(max_tokens=8))[0].outputs[0].text)")
-    elif backend == "sglang":
-        code_py = (f"import sglang as sgl; e = sgl.Engine(model_path={model!r}, attention_backend='ascend'); "
-                   "print(e.generate('Hello', {'max_new_tokens': 8})['text'])")
-    else:
+    if backend not in ("vllm", "sglang"):
         pytest.skip(f"backend {backend!r} serves nothing")
-    code, out = in_image(docker_client, npu_image, f"python -c {code_py!r}")
-    assert code == 0 and out.strip(), out
+    host_dir = Path(model).resolve()
+    model_dir = f"/models/{host_dir.name}"
+    port = free_port()
+    name = f"ascend-images-npu-serve-{uuid.uuid4().hex[:8]}"
+    spec = RunSpec(npu_image, tuple(serve_command(backend, model_dir)), devices(), ipc_host=True, name=name,
+                   env={"ASCEND_PREFLIGHT": "strict"}, volumes=(parse_volume(f"{host_dir}:{model_dir}:ro"),),
+                   ports=(parse_publish(f"127.0.0.1:{port}:8000"),), detach=True)
+    check_spec(spec)
+    check_host(spec)
+    try:
+        assert run_container(docker_client, spec, io.StringIO()) == 0
+        container = docker_client.containers.get(name)
+        assert next(m for m in container.attrs["Mounts"] if m["Destination"] == model_dir)["RW"] is False
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + SERVE_WAIT
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/v1/models", timeout=10) as response:
+                    if SERVED in response.read().decode():
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            container.reload()
+            logs = container.logs(tail=200).decode(errors="replace")
+            assert container.status == "running", f"the server stopped ({container.status}):\n{logs}"
+            assert time.monotonic() < deadline, f"no answer on {base}/v1/models within {SERVE_WAIT} s:\n{logs}"
+            time.sleep(5)
+        request = urllib.request.Request(
+            f"{base}/v1/completions", headers={"Content-Type": "application/json"},
+            data=json.dumps({"model": SERVED, "prompt": "Hello", "max_tokens": 8, "temperature": 0}).encode())
+        with urllib.request.urlopen(request, timeout=300) as response:
+            answer = json.loads(response.read())
+        assert answer["choices"][0]["text"].strip(), answer
+    finally:
+        for leftover in docker_client.containers.list(all=True, filters={"name": name}):
+            leftover.remove(force=True)

@@ -32,6 +32,7 @@ class DeviceSpec(Strict):
     opp_kernel_dir: str
     ops_package: dict[Literal["kernels", "ops"], str]
     min_devices: int = 1
+    k8s_resource: str | None = None  # the Ascend device plugin's resource name (invoke run --format k8s)
     source: str
 
 

@@ -1,8 +1,11 @@
 """Run an image with Ascend device passthrough: the spec, the host checks, the docker SDK arguments and
-the equivalent `docker run` line (ref004's passthrough; the Ascend Docker Runtime as an alternative)."""
+the equivalent `docker run` line (ref004's passthrough; the Ascend Docker Runtime as an alternative). What
+serving needs is spelled as Docker spells it: --volume, --publish, --detach, --restart, --workdir."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import re
 import shlex
@@ -10,6 +13,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 from ascend_images.errors import AscendImagesError
 
@@ -32,6 +37,99 @@ DriverMounts = Literal["auto", "minimal", "full"]
 
 class RunError(AscendImagesError):
     """The host cannot run the requested passthrough."""
+
+
+@dataclass(frozen=True)
+class Volume:
+    """`--volume HOST:CONTAINER[:ro|rw]`: a host path bound into the container."""
+
+    host: str  # absolute
+    container: str  # absolute
+    read_only: bool = False
+
+    def bind(self) -> str:
+        """Docker's own spelling, for -v, the SDK's volumes and compose."""
+        return f"{self.host}:{self.container}:ro" if self.read_only else f"{self.host}:{self.container}"
+
+
+@dataclass(frozen=True)
+class Port:
+    """`--publish [IP:]HOST:CONTAINER[/tcp|/udp]`."""
+
+    host_port: int
+    container_port: int
+    protocol: Literal["tcp", "udp"] = "tcp"
+    host_ip: str = ""
+
+    def publish(self) -> str:
+        ip = f"[{self.host_ip}]" if ":" in self.host_ip else self.host_ip
+        proto = "/udp" if self.protocol == "udp" else ""  # tcp is Docker's default
+        return f"{ip + ':' if ip else ''}{self.host_port}:{self.container_port}{proto}"
+
+
+RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
+
+
+def parse_volume(text: str) -> Volume:
+    """HOST:CONTAINER[:ro|rw], as docker run -v takes it; a relative host path is taken from here. Named
+    volumes are not supported: the host side is a path."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        raise RunError(f"--volume {text!r}: give HOST:CONTAINER[:ro|rw] (e.g. /data/models:/models:ro)")
+    host, container = parts[0], parts[1]
+    mode = parts[2] if len(parts) == 3 else "rw"
+    if mode not in ("ro", "rw"):
+        raise RunError(f"--volume {text!r}: mode {mode!r}: only ro (read-only) or rw")
+    if not container.startswith("/"):
+        raise RunError(f"--volume {text!r}: the container path {container!r} must be absolute")
+    if "/" not in host and not host.startswith((".", "~")):
+        raise RunError(f"--volume {text!r}: {host!r} is not a path (named volumes are not supported; "
+                       f"./{host} for a directory here)")
+    return Volume(os.path.abspath(os.path.expanduser(host)), container.rstrip("/") or "/", mode == "ro")
+
+
+def parse_publish(text: str) -> Port:
+    """[IP:]HOST:CONTAINER[/tcp|/udp], as docker run -p takes it ([::1]:8000:8000 for IPv6)."""
+    match = re.fullmatch(r"(?:(\[[0-9a-fA-F:.]+\]|[0-9.]+):)?(\d+):(\d+)(?:/(tcp|udp))?", text)
+    if not match:
+        raise RunError(f"--publish {text!r}: give [IP:]HOST_PORT:CONTAINER_PORT[/tcp|/udp] "
+                       "(e.g. 127.0.0.1:8000:8000)")
+    ip, host, container, proto = match.groups()
+    for port in (host, container):
+        if not 1 <= int(port) <= 65535:
+            raise RunError(f"--publish {text!r}: port {port} is outside 1-65535")
+    ip = (ip or "").strip("[]")
+    if ip:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise RunError(f"--publish {text!r}: {ip!r} is not an IP address") from None
+    return Port(int(host), int(container), proto or "tcp", ip)  # type: ignore[arg-type]
+
+
+def parse_restart(text: str) -> str:
+    """no | on-failure[:N] | always | unless-stopped, as docker run --restart takes it."""
+    name, colon, count = text.partition(":")
+    if name not in RESTART_POLICIES or (colon and (name != "on-failure" or not count.isdigit())):
+        raise RunError(f"--restart {text!r}: valid: no, on-failure[:N], always, unless-stopped")
+    return text
+
+
+def restart_policy(text: str) -> dict[str, Any]:
+    """The docker SDK's restart_policy for a --restart value."""
+    name, _, count = text.partition(":")
+    return {"Name": name, "MaximumRetryCount": int(count)} if count else {"Name": name}
+
+
+SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+def shm_bytes(text: str) -> int:
+    """Docker's --shm-size (binary units, as its RAMInBytes reads them: 64m, 16g, 1.5g, 16GiB)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?) ?([kKmMgGtTpP])?[iI]?[bB]?", text)
+    if not match:
+        raise RunError(f"--shm-size {text!r}: give a size such as 64m or 16g")
+    return int(float(match[1]) * SHM_UNITS[(match[2] or "").lower()])
 
 
 def parse_devices(text: str) -> list[int]:
@@ -70,6 +168,12 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     name: str | None = None
     device: str | None = None  # a2 | a3, from the image's labels, for device-specific checks
+    # what serving needs, as docker run spells it
+    volumes: tuple[Volume, ...] = ()
+    ports: tuple[Port, ...] = ()
+    detach: bool = False
+    restart: str | None = None  # no | on-failure[:N] | always | unless-stopped (needs detach)
+    workdir: str | None = None
 
     def host(self, path: str) -> Path:
         return self.host_root / path.lstrip("/")
@@ -88,6 +192,12 @@ class RunSpec:
         ]
         required = [(str(self.host(h)), c) for h, c in driver + [(p, p) for p, _ in TOOL_MOUNTS]]
         return required + [(str(self.host(p)), p) for p in OPTIONAL_MOUNTS if self.host(p).exists()]
+
+    def binds(self) -> list[str]:
+        """Every bind in docker run -v spelling: the driver and tool mounts (read-only, manual mode only: the
+        Ascend Docker Runtime mounts its own), then each --volume."""
+        driver = [f"{h}:{c}:ro" for h, c in self.mounts()] if self.mode == "manual" else []
+        return driver + [v.bind() for v in self.volumes]
 
     def device_nodes(self) -> list[tuple[str, str]]:
         names = [f"davinci{n}" for n in self.devices] + list(CONTROL_NODES)
@@ -123,16 +233,46 @@ def check_spec(spec: RunSpec) -> list[str]:
     if spec.driver_mounts == "minimal" and (len(spec.devices) >= 2 or spec.min_devices >= 2):
         warnings.append("--driver-mounts minimal with several NPUs: HCCL needs the driver's topology files and "
                         "hccn_tool, which only the whole driver tree has (error EI0014); use full")
+    if spec.restart is not None and not spec.detach:
+        raise RunError(f"--restart {spec.restart} needs --detach: a restart policy keeps a background container "
+                       "running; in the foreground the container is removed when it exits")
+    if spec.workdir is not None and not spec.workdir.startswith("/"):
+        raise RunError(f"--workdir {spec.workdir!r} must be an absolute path in the container")
+    shm_bytes(spec.shm_size)
+    taken = {c: "a driver or tool mount" for _, c in spec.mounts()} if spec.mode == "manual" else {}
+    for volume in spec.volumes:
+        if volume.container in taken:
+            raise RunError(f"--volume {volume.bind()}: {volume.container} is already {taken[volume.container]}")
+        taken[volume.container] = f"the target of --volume {volume.bind()}"
+    bindings = [(p.host_ip, p.host_port, p.protocol) for p in spec.ports]
+    for port in spec.ports:
+        if bindings.count((port.host_ip, port.host_port, port.protocol)) > 1:
+            raise RunError(f"--publish {port.publish()}: host port {port.host_port}/{port.protocol} given twice")
+    if spec.ports and spec.network_host:
+        warnings.append("--publish with --network-host: the container already uses the host's ports; Docker "
+                        "ignores the published ones")
     if spec.min_devices >= 2 and len(spec.devices) < spec.min_devices:
         warnings.append(f"an {spec.device or 'NPU'} run with fewer than {spec.min_devices} devices: its NPUs come "
                         "in pairs of dies; HCCL jobs usually need both (pass e.g. --devices 0-1)")
     return warnings
 
 
+def volume_problems(spec: RunSpec) -> list[str]:
+    return [f"--volume {v.bind()}: the host path {v.host} does not exist" for v in spec.volumes
+            if not Path(v.host).exists()]
+
+
+def check_volumes(spec: RunSpec) -> None:
+    """Each --volume's host path exists (Docker would make an empty directory of a missing one)."""
+    problems = volume_problems(spec)
+    if problems:
+        raise RunError("\n".join(problems))
+
+
 def check_host(spec: RunSpec, runtimes: set[str] | None = None) -> None:
     """Every node and mount the spec needs exists on the host; else one error listing all that is missing
     and what the host does have."""
-    problems = []
+    problems = volume_problems(spec)
     if spec.mode == "runtime":
         if runtimes is not None and "ascend" not in runtimes:
             problems.append(f"the Docker engine has no 'ascend' runtime (it has: {', '.join(sorted(runtimes))}); "
@@ -173,7 +313,17 @@ def docker_kwargs(spec: RunSpec) -> dict[str, Any]:
         kwargs["runtime"] = "ascend"
     else:
         kwargs["devices"] = [f"{h}:{c}:rwm" for h, c in spec.device_nodes()]
-        kwargs["volumes"] = {h: {"bind": c, "mode": "ro"} for h, c in spec.mounts()}
+    if spec.binds():
+        kwargs["volumes"] = spec.binds()  # the -v strings of the printed line, word for word
+    if spec.ports:
+        ports: dict[str, list[Any]] = {}
+        for p in spec.ports:
+            ports.setdefault(f"{p.container_port}/{p.protocol}", []).append(
+                (p.host_ip, p.host_port) if p.host_ip else p.host_port)
+        kwargs["ports"] = ports
+    if spec.restart:
+        kwargs["restart_policy"] = restart_policy(spec.restart)
+    kwargs["working_dir"] = spec.workdir
     if spec.ipc_host:
         kwargs["ipc_mode"] = "host"
     if spec.network_host:
@@ -182,9 +332,12 @@ def docker_kwargs(spec: RunSpec) -> dict[str, Any]:
 
 
 def docker_run_line(spec: RunSpec) -> str:
-    parts = ["docker", "run", "--rm", "-it"]
+    # detached: kept after it exits (its logs, its restart policy: Docker refuses --restart with --rm)
+    parts = ["docker", "run", "-d"] if spec.detach else ["docker", "run", "--rm", "-it"]
     if spec.name:
         parts += ["--name", spec.name]
+    if spec.restart:
+        parts += ["--restart", spec.restart]
     parts += [f"--shm-size={spec.shm_size}"]
     if spec.ipc_host:
         parts += ["--ipc=host"]
@@ -195,8 +348,12 @@ def docker_run_line(spec: RunSpec) -> str:
     else:
         for h, c in spec.device_nodes():
             parts += ["--device", h if h == c else f"{h}:{c}"]
-        for h, c in spec.mounts():
-            parts += ["-v", f"{h}:{c}:ro"]
+    for bind in spec.binds():
+        parts += ["-v", bind]
+    for port in spec.ports:
+        parts += ["-p", port.publish()]
+    if spec.workdir:
+        parts += ["--workdir", spec.workdir]
     for k, v in spec.environment().items():
         parts += ["-e", f"{k}={v}"]
     parts += [spec.image, *spec.command]
@@ -208,12 +365,12 @@ def _group(parts: list[str]) -> list[str]:
     lines: list[str] = []
     i = 0
     head = []
-    while i < len(parts) and parts[i] in ("docker", "run", "--rm", "-it"):
+    while i < len(parts) and parts[i] in ("docker", "run", "--rm", "-it", "-d"):
         head.append(parts[i])
         i += 1
     lines.append(" ".join(head))
     while i < len(parts):
-        if parts[i] in ("--device", "-v", "-e", "--name"):
+        if parts[i] in ("--device", "-v", "-p", "-e", "--name", "--restart", "--workdir"):
             lines.append(f"{parts[i]} {shlex.quote(parts[i + 1])}")
             i += 2
         elif parts[i].startswith("-"):
@@ -225,8 +382,22 @@ def _group(parts: list[str]) -> list[str]:
     return lines
 
 
+def _scalar(text: str) -> str:
+    """A YAML scalar: plain when it reads back as the same string (`no` does not: YAML 1.1 reads a boolean),
+    else double-quoted (JSON's quoting is valid YAML)."""
+    try:
+        plain = yaml.safe_load(text) == text and "\n" not in text
+    except yaml.YAMLError:
+        plain = False
+    return text if plain else json.dumps(text)
+
+
 def compose_service(spec: RunSpec, service: str = "ascend") -> str:
     lines = [f"  {service}:", f"    image: {spec.image}", f"    shm_size: {spec.shm_size}"]
+    if spec.restart:
+        lines.append(f"    restart: {_scalar(spec.restart)}")
+    if spec.workdir:
+        lines.append(f"    working_dir: {_scalar(spec.workdir)}")
     if spec.ipc_host:
         lines.append("    ipc: host")
     if spec.network_host:
@@ -236,18 +407,33 @@ def compose_service(spec: RunSpec, service: str = "ascend") -> str:
     else:
         lines.append("    devices:")
         lines += [f"      - {h}:{c}" for h, c in spec.device_nodes()]
+    if spec.binds():
         lines.append("    volumes:")
-        lines += [f"      - {h}:{c}:ro" for h, c in spec.mounts()]
+        lines += [f"      - {_scalar(b)}" for b in spec.binds()]
+    if spec.ports:
+        lines.append("    ports:")
+        lines += [f"      - {json.dumps(p.publish())}" for p in spec.ports]  # quoted: YAML 1.1 reads 80:80 as a number
     lines.append("    environment:")
-    lines += [f"      {k}: \"{v}\"" for k, v in spec.environment().items()]
+    lines += [f"      {k}: {json.dumps(v)}" for k, v in spec.environment().items()]
     if spec.command:
         lines.append(f"    command: {list(spec.command)!r}".replace("'", '"'))
     return "services:\n" + "\n".join(lines) + "\n"
 
 
 def run_container(client: Any, spec: RunSpec, out: Any) -> int:
-    """Start, stream output, return the exit code; Ctrl-C stops the container."""
+    """Start, stream output, return the exit code; Ctrl-C stops the container. Detached (--detach): start,
+    say its name and return 0; the container stays (its restart policy, its logs) until `docker rm -f`."""
     container = client.containers.create(**docker_kwargs(spec), detach=True)
+    if spec.detach:
+        try:
+            container.start()
+        except BaseException:
+            container.remove(force=True)
+            raise
+        out.write(f"started {container.name} ({container.id[:12]}) in the background: docker logs -f "
+                  f"{container.name}; docker rm -f {container.name} stops and removes it\n")
+        out.flush()
+        return 0
     try:
         container.start()
         try:
