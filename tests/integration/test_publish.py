@@ -10,10 +10,11 @@ import pytest
 from ascend_images import commands as cli
 from ascend_images.release.publish import PublishError
 from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError
-from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
+from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
-SELECTION = CI_SELECTIONS[0]  # A2 and A3, the default release for (device, none)
+# A2 and A3 on each one's default release for backend none (A2: CANN 8.5.0, A3: 9.1.0), both in CI's selection
+SELECTION = {"device": "a2,a3", "backend": "none"}
 
 
 def publish(registry, lines, **kwargs):
