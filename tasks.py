@@ -219,13 +219,14 @@ def lint(c, matrix="matrix.yaml", work_dir="build"):
 TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image", "force", "jobs")}
 
 
-@task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "image": "test this existing image (repeatable)"},
+@task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "image": "test this existing image (repeatable)",
+            "stage_cache": CACHE_HELP["stage_cache"]},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host", "image"])
 def test(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
          allocator=None, matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None,
          checksums=None, artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None,
          pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
-         namespace=DEFAULT_NAMESPACE, work_dir="build"):
+         namespace=DEFAULT_NAMESPACE, work_dir="build", stage_cache=None):
     """Build what is missing, then run the image test suite against each image of the selection."""
     results = _run(cli.run_image_tests, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
@@ -233,7 +234,8 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
                    cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
                    cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []),
                                   list(pip_trusted_host or []), offline, wheelhouse, ca_bundle, netrc),
-                   print, images=list(image or []), work_dir=Path(work_dir), namespace=namespace)
+                   print, images=list(image or []), work_dir=Path(work_dir), namespace=namespace,
+                   stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"))
     if not all(r.ok for r in results):
         raise Exit(code=1)
 

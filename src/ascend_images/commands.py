@@ -234,9 +234,11 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
 
 # --- invoke test -----------------------------------------------------------------------------------
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
-                work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE) -> list[ImageTestResult]:
+                    work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
+                    stage_cache: str | None = None) -> list[ImageTestResult]:
     if not images:
-        plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace)
+        plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace,
+                                  stage_cache=stage_cache)
         images = [plan.top(v).tag for v in sel.variants()]
     results = []
     for image in images:
