@@ -41,6 +41,8 @@ from ascend_images.stages.stage import Stage
 
 # v2: the key no longer sees the namespace (a stage's identity is its content and its parent's image id)
 KEY_VERSION = "ascend-images-content-key-v2"
+# the labels the builder itself adds, each its own LABEL step at the top of a stage image's history
+BUILDER_LABELS = (CONTENT_KEY_LABEL, "org.opencontainers.image.created", "org.opencontainers.image.revision")
 
 
 @dataclass(frozen=True)
@@ -171,12 +173,22 @@ class Builder:
         # all=True: a stage image whose tag moved on is "intermediate" to the engine once it has children
         found = self.client.api.images(all=True, filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
         own = [image for image in found if self._built_for(image["Id"], key)]
+        # the builder's label steps are layers of their own: only the top one of a build is the stage's image
+        below = {image.get("ParentId") for image in own}
+        own = [image for image in own if image["Id"] not in below]
         return max(own, key=lambda image: image.get("Created", 0))["Id"] if own else None
 
     def _built_for(self, image_id: str, key: str) -> bool:
-        """The builder adds its labels as the last steps of a build: the key is in one of the top entries."""
-        history = self.client.api.history(image_id)
-        return any(f"{CONTENT_KEY_LABEL}={key}" in (entry.get("CreatedBy") or "") for entry in history[:4])
+        """The builder adds its labels (key, created, revision) as the last steps of a build, one LABEL each: an image
+        is the key's own when the key is among the unbroken run of those steps at the top of its history. A layer of
+        a child's build inherits the labels but has a step of its own above them (the twin the lookup once took)."""
+        for entry in self.client.api.history(image_id):
+            step = entry.get("CreatedBy") or ""
+            if f"{CONTENT_KEY_LABEL}={key}" in step:
+                return True
+            if "#(nop)  LABEL " not in step or not any(f"LABEL {name}=" in step for name in BUILDER_LABELS):
+                return False
+        return False
 
     def _tag(self, image_id: str, tag: str) -> None:
         repo, _, name = tag.rpartition(":")
