@@ -79,3 +79,26 @@ def test_a_layer_left_by_an_interrupted_child_build_is_never_reused(tmp_path):
     assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:stage"
     tagged_layer = FakeApi([_image("sha256:layer", "k1", 200, own=False)], {TAG: "sha256:layer"})
     assert _builder(tagged_layer, tmp_path)._find_by_key("k1", TAG) is None
+
+
+def test_a_layer_one_step_above_the_stage_is_not_the_stage(tmp_path):
+    """Seen in CI (b7ccd16): the CANN stage's build put one ENV layer on the cann-install image; the key label three
+    steps below its top made the old check (the key among the top 4 steps) take it for cann-install, and a build of
+    the same selection under another namespace then rebuilt cann and torch on it."""
+    stage = _image("sha256:stage", "k1", 100)
+    stage["History"] = ["LABEL org.opencontainers.image.revision=r", "LABEL org.opencontainers.image.created=t",
+                        f"LABEL {CONTENT_KEY_LABEL}=k1", "RUN x"]
+    child = {**stage, "Id": "sha256:child", "Created": 200, "History": ["ENV A=1", *stage["History"]]}
+    api = FakeApi([stage, child], {})
+    assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:stage"
+
+
+def test_of_one_builds_label_steps_only_the_top_one_is_the_stage(tmp_path):
+    """The builder's labels are LABEL steps of their own: the layer after the key label is an image with the key on
+    top too; the stage is the one above it."""
+    mid = {**_image("sha256:mid", "k1", 300), "History": ["LABEL org.opencontainers.image.created=t",
+                                                         f"LABEL {CONTENT_KEY_LABEL}=k1", "RUN x"]}
+    top = {**_image("sha256:top", "k1", 100), "ParentId": "sha256:mid",
+           "History": ["LABEL org.opencontainers.image.revision=r", *mid["History"]]}
+    api = FakeApi([mid, top], {})
+    assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:top"

@@ -184,9 +184,9 @@ class Builder:
         a child's build inherits the labels but has a step of its own above them (the twin the lookup once took)."""
         for entry in self.client.api.history(image_id):
             step = entry.get("CreatedBy") or ""
-            if f"{CONTENT_KEY_LABEL}={key}" in step:
+            if f"LABEL {CONTENT_KEY_LABEL}={key}" in step:
                 return True
-            if "#(nop)  LABEL " not in step or not any(f"LABEL {name}=" in step for name in BUILDER_LABELS):
+            if not any(f"LABEL {name}=" in step for name in BUILDER_LABELS):
                 return False
         return False
 
