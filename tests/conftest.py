@@ -105,7 +105,8 @@ BUILDS_FIRST = "tests.integration.test_build:ci"
 # Their x86_64 chains start alike on one base, so Docker's layer cache shares the first layers between them; the
 # robustness tests remove their namespaces afterwards, which prunes such a layer even while the other module's build
 # has just found it in the cache ("No such image"). One worker runs them one after another.
-X86_CHAIN_MODULES = {"tests.integration.test_robustness", "tests.integration.test_wheelhouse_x86"}
+X86_CHAIN_MODULES = {"tests.integration.test_robustness", "tests.integration.test_wheelhouse_x86",
+                     "tests.integration.test_secret_flags"}
 
 
 def _group(item) -> str:

@@ -226,7 +226,7 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
 
     spec = os_image_spec(load_matrix(matrix_path), os_name, arch, mirror)
     client = connect()
-    out(f"debootstrap {spec.suite} ({spec.docker_arch}) from {spec.mirror} -> {spec.tag}")
+    out(f"debootstrap {spec.suite} ({spec.docker_arch}) from {spec.public_mirror} -> {spec.tag}")
     tag = make(client, spec, work_dir / "logs")
     out(f"loaded {tag}")
     return tag

@@ -18,6 +18,7 @@ from ascend_images.inputs.sources import (
     Credential,
     Sources,
     split_index_url,
+    split_url,
 )
 from ascend_images.matrix.model import Matrix, Variant, control_character, load_matrix, parse_env_overrides, select
 
@@ -159,8 +160,10 @@ class InputFlags:
             extra += env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL").split()  # type: ignore[union-attr]
         for flag, url in (("--pip-index-url", index), *(("--pip-extra-index-url", u) for u in extra)):
             split_index_url(flag, url)  # served in pip.conf by the build server, never rendered: only checked
+        os_mirror, os_mirror_credential = split_url("--os-mirror", self.os_mirror or "", "OS package mirror")
         return BuildInputs(
-            os_mirror=self.os_mirror or "",
+            os_mirror=os_mirror,
+            os_mirror_credential=os_mirror_credential,
             pip_index_url=index,
             pip_extra_index_urls=tuple(extra),
             pip_trusted_hosts=tuple(self.pip_trusted_host),

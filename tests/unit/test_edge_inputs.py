@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from ascend_images.builder.buildserver import BuildServer
+from ascend_images.flags import InputFlags
 from ascend_images.inputs.sources import BuildInputs, split_index_url
 from tests.conftest import ROOT
 
@@ -40,6 +42,13 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     (["render", "--torch-index-url", "ftp://mirror.example/simple"], "expected an http(s)://HOST/... index URL"),
     (["build", "--checksums", "/nonexistent/sums"], "--checksums /nonexistent/sums: no such file"),
     (["fetch", "--dest", "/proc/forbidden"], "--dest /proc/forbidden: nothing can be made under /proc"),
+    (["build", "--os-mirror", "http://deb.example/debian?token=abc"],
+     "--os-mirror http://deb.example/debian: a query or fragment cannot be kept out of the image"),
+    (["build", "--os-mirror", "deb.example/debian"], "expected an http(s)://HOST/... OS package mirror URL"),
+    (["build", "--os-mirror", "http://user:two%20words@deb.example/debian"],
+     "--os-mirror http://deb.example/debian: the user name or password holds white space"),
+    (["build", "--torch-index-url", "https://user:a%0Ab@mirror.example/simple"],
+     "--torch-index-url https://mirror.example/simple: the user name or password holds white space or a control"),
 ])
 def test_a_bad_flag_is_one_line_and_renders_nothing(tmp_path, args, says):
     out = tmp_path / "contexts"
@@ -70,3 +79,20 @@ def test_index_credentials_go_to_the_build_servers_netrc():
     # a token alone in the user part is a credential too: served under an unguessable path
     assert BuildInputs(pip_index_url="https://TOKEN@mirror.example/simple").has_credentials
     assert not BuildInputs(pip_index_url="https://mirror.example/simple").has_credentials
+
+
+def test_an_os_mirrors_credentials_are_served_never_rendered():
+    inputs = InputFlags(os_mirror=f"https://mirror%40corp:{MARKER}@deb.example:8443/debian/").inputs()
+    assert inputs.os_mirror == "https://deb.example:8443/debian/"  # what may be seen
+    assert inputs.os_mirror_credential == ("deb.example", "mirror@corp", MARKER)
+    assert inputs.has_credentials  # so the build server hides behind an unguessable path
+    with BuildServer(inputs, port=0) as server:
+        import urllib.request
+
+        served = urllib.request.urlopen(f"{server.url}/secrets/os-mirror").read().decode()
+        assert "/" in server.url.split(":", 2)[2]  # the path has the secret prefix
+    # written out by hand: the URL, the user, the password, a line each (what os-install reads)
+    assert served == f"https://deb.example:8443/debian/\nmirror@corp\n{MARKER}\n"
+    plain = InputFlags(os_mirror="http://deb.example/debian").inputs()
+    assert not plain.has_credentials and plain.os_mirror_document() == b"http://deb.example/debian\n\n\n"
+    assert InputFlags().inputs().os_mirror_document() is None

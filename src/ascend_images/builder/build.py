@@ -266,7 +266,7 @@ class Builder:
         log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
         self.out(f"{label} {stage.tag}: building (log {log_path})")
         dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
-        args = {"ASCEND_BUILD_SERVER": server.url, "OS_MIRROR": self.settings.inputs.os_mirror}
+        args = {"ASCEND_BUILD_SERVER": server.url}
         buildargs = {k: v for k, v in args.items() if k in declared_args(dockerfile)}
         labels = {
             CONTENT_KEY_LABEL: key,

@@ -8,6 +8,7 @@ Served paths:
   /secrets/ca.pem     the extra CA bundle (--ca-bundle)
   /secrets/pip.conf   index, extra indexes (credentials included), trusted hosts, find-links
   /secrets/netrc      credentials for private indexes (--netrc)
+  /secrets/os-mirror  the OS package mirror (--os-mirror): its URL, login and password, a line each
   /cann/<file>        a directory of CANN .run packages (--cann-source local)
   /artifacts/<file>   a directory of other downloads: SGLang sources, sgl-kernel-npu zips (--artifacts-dir)
   /wheelhouse/        a directory of wheels, as a find-links listing (--wheelhouse)
@@ -141,6 +142,9 @@ class BuildServer:
             server.mounts["/cann"] = self.cann_dir
         if self.artifacts_dir is not None:
             server.mounts["/artifacts"] = self.artifacts_dir
+        os_mirror = self.inputs.os_mirror_document()
+        if os_mirror is not None:
+            server.documents["/secrets/os-mirror"] = os_mirror
         server.documents["/secrets/pip.conf"] = self.inputs.pip_conf(self.url).encode()
         self._thread = threading.Thread(target=server.serve_forever, name="ascend-build-server", daemon=True)
         self._thread.start()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.errors import AscendImagesError
+from ascend_images.inputs.sources import split_url
 from ascend_images.matrix.model import Matrix
 
 
@@ -29,8 +30,10 @@ class OsImageSpec:
     arch: str  # matrix arch: x86_64 | aarch64
     docker_arch: str  # amd64 | arm64
     suite: str
-    mirror: str
+    mirror: str  # what debootstrap fetches from: --mirror, credentials and all, or the matrix's
     variant: str | None = None  # the platform variant (arm64: v8)
+    stock_mirror: str = ""  # the matrix's: the image's sources name it, whichever mirror made it
+    public_mirror: str = ""  # `mirror` without credentials: what the image's history and messages show
 
     @property
     def tag(self) -> str:
@@ -53,8 +56,10 @@ def os_image_spec(matrix: Matrix, os_name: str, arch: str, mirror: str | None = 
     if arch not in matrix.spec.arches:
         raise AscendImagesError(f"unknown arch {arch!r}; valid: {', '.join(matrix.spec.arches)}")
     arch_spec = matrix.spec.arches[arch]
-    return OsImageSpec(os_name, arch, arch_spec.debian_arch, spec.debootstrap.suite, mirror or spec.debootstrap.mirror,
-                       arch_spec.docker_variant)
+    stock = spec.debootstrap.mirror
+    public = split_url("--mirror", mirror, "Debian mirror")[0] if mirror else stock
+    return OsImageSpec(os_name, arch, arch_spec.debian_arch, spec.debootstrap.suite, mirror or stock,
+                       arch_spec.docker_variant, stock, public)
 
 
 def _sha256(path: Path) -> str:
@@ -79,7 +84,7 @@ def image_tarball(rootfs: Path, spec: OsImageSpec, workdir: Path) -> Path:
                    "Cmd": ["/bin/bash"]},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created_by": f"debootstrap --variant=minbase --arch={spec.docker_arch} "
-                                   f"{spec.suite} {spec.mirror}"}],
+                                   f"{spec.suite} {spec.public_mirror or spec.mirror}"}],
     }
     if spec.variant:
         config["variant"] = spec.variant
@@ -119,6 +124,10 @@ def make_os_image(client: object, spec: OsImageSpec, log_dir: Path) -> str:
         work = Path(tmp)
         rootfs = work / "rootfs"
         debootstrap(spec, rootfs, log_dir / f"os-image-{spec.os}-{spec.docker_arch}.log")
+        if spec.stock_mirror and spec.mirror != spec.stock_mirror:
+            # debootstrap names the mirror it used (credentials and all); the image keeps the stock one, as every
+            # stage does (`--os-mirror` serves a build its mirror)
+            (rootfs / "etc/apt/sources.list").write_text(f"deb {spec.stock_mirror} {spec.suite} main\n")
         for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for item in (rootfs / cache).glob("*"):
                 if item.is_file():

@@ -156,10 +156,10 @@ class Sources:
 Credential = tuple[str, str, str]  # (host, login, password) as a netrc `machine` line holds them
 
 
-def split_index_url(flag: str, url: str) -> tuple[str, Credential | None]:
-    """An index URL given on the command line as (the URL without credentials, its credentials): only the first may
-    reach a Dockerfile, a label or a content key; the second travels by the build server's netrc. A token in the
-    query string has no such way and is refused."""
+def split_url(flag: str, url: str, what: str = "index") -> tuple[str, Credential | None]:
+    """A URL given on the command line (an index, an OS mirror) as (the URL without credentials, its credentials):
+    only the first may reach a Dockerfile, a label or a content key; the second travels by the build server (a
+    netrc, an apt auth.conf). A token in the query string has no such way and is refused."""
     if url == "":
         return "", None
     bad = next((c for c in url if ord(c) < 0x21 or ord(c) == 0x7F), None)
@@ -167,7 +167,7 @@ def split_index_url(flag: str, url: str) -> tuple[str, Credential | None]:
         raise SelectionError(f"{flag}: the URL holds {bad!r}; a URL has no spaces or control characters")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SelectionError(f"{flag} {_redacted(parts)}: expected an http(s)://HOST/... index URL")
+        raise SelectionError(f"{flag} {_redacted(parts)}: expected an http(s)://HOST/... {what} URL")
     if parts.query or parts.fragment:
         raise SelectionError(f"{flag} {_redacted(parts)}: a query or fragment cannot be kept out of the image; give "
                              "credentials as https://USER:TOKEN@HOST/... or with --netrc")
@@ -176,7 +176,16 @@ def split_index_url(flag: str, url: str) -> tuple[str, Credential | None]:
     if parts.username is None and parts.password is None:
         return public, None
     login = urllib.parse.unquote(parts.username or "")
-    return public, (parts.hostname, login, urllib.parse.unquote(parts.password or ""))
+    password = urllib.parse.unquote(parts.password or "")
+    # a netrc or auth.conf line is split at white space: a credential holding any cannot be written to one
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in login + password):
+        raise SelectionError(f"{flag} {_redacted(parts)}: the user name or password holds white space or a control "
+                             "character (percent-encoded); a netrc line cannot carry it")
+    return public, (parts.hostname, login, password)
+
+
+def split_index_url(flag: str, url: str) -> tuple[str, Credential | None]:
+    return split_url(flag, url, "index")
 
 
 def _redacted(parts: urllib.parse.SplitResult) -> str:
@@ -189,7 +198,8 @@ class BuildInputs:
     """Everything a build fetches that is not part of the recipe: none of it is rendered into a
     Dockerfile, so changing a mirror or a credential never changes an image's content key."""
 
-    os_mirror: str = ""
+    os_mirror: str = ""  # without credentials: those are os_mirror_credential
+    os_mirror_credential: Credential | None = None
     pip_index_url: str = ""
     pip_extra_index_urls: tuple[str, ...] = ()
     pip_trusted_hosts: tuple[str, ...] = ()
@@ -213,7 +223,16 @@ class BuildInputs:
         counts (token-only URLs: https://TOKEN@host/...)."""
         urls = (self.pip_index_url, *self.pip_extra_index_urls)
         in_urls = any(urllib.parse.urlsplit(u).username is not None for u in urls if u)
-        return self.netrc is not None or bool(self.index_credentials) or in_urls
+        return (self.netrc is not None or bool(self.index_credentials) or in_urls
+                or self.os_mirror_credential is not None)
+
+    def os_mirror_document(self) -> bytes | None:
+        """What os-install reads from the build server: the mirror URL, then the login and password (empty lines
+        without credentials). Served, never a build arg: `docker history` records every build arg's value."""
+        if not self.os_mirror:
+            return None
+        _, login, password = self.os_mirror_credential or ("", "", "")
+        return f"{self.os_mirror}\n{login}\n{password}\n".encode()
 
     def netrc_text(self) -> bytes | None:
         """--netrc's content with a `machine` line for each index credential, or None when there is neither."""

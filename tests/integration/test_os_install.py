@@ -1,0 +1,116 @@
+"""`os-install` (the helper every stage installs OS packages with) against a real container of the debootstrapped
+OS image and the real build server: an OS mirror and its credentials reach it only from the build server, apt uses
+them (a private mirror that wants them says so), and the image keeps its stock sources and no credential.
+The dnf branch runs in the same container with a stand-in `dnf` that records the repo files it is given: this host
+has no openEuler image, and what matters is what os-install writes for dnf to read."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.parse
+import uuid
+
+import pytest
+
+from ascend_images.builder.buildserver import BuildServer
+from ascend_images.flags import InputFlags
+from tests.conftest import ROOT
+from tests.fixtures.private_mirror import PrivateMirror
+
+pytestmark = [pytest.mark.docker]
+
+OS_INSTALL = ROOT / "images/common/rootfs/usr/local/libexec/ascend-images/os-install"
+# characters that mean something to sed's replacement (&, \), to our sed expression (#) and to a URL (%, @, :)
+AWKWARD = "p&w#d\\x%y@z:"
+# openEuler 24.03 LTS's /etc/yum.repos.d/openEuler.repo, its first section as the release ships it
+# (https://repo.openeuler.org/openEuler-24.03-LTS/ : the repo file in the OS image; generic-release)
+OPENEULER_REPO = """[OS]
+name=OS
+baseurl=http://repo.openeuler.org/openEuler-24.03-LTS/OS/$basearch/
+metalink=https://mirrors.openeuler.org/metalink?repo=$releasever/OS&arch=$basearch
+metadata_expire=1h
+enabled=1
+gpgcheck=1
+gpgkey=http://repo.openeuler.org/openEuler-24.03-LTS/OS/$basearch/RPM-GPG-KEY-openEuler
+"""
+FAKE_DNF = """#!/bin/sh
+# records the repo files as `dnf install` would read them (not `dnf clean`, which comes after the restore)
+[ "$1" = install ] || exit 0
+cat /etc/yum.repos.d/*.repo > /tmp/seen.repo
+echo "$@" > /tmp/seen.args
+"""
+
+
+@pytest.fixture
+def mirror():
+    served = PrivateMirror("mirror-user", f"{AWKWARD}{uuid.uuid4().hex[:8]}").start()
+    yield served
+    served.stop()
+
+
+def mirror_url(mirror: PrivateMirror, path: str) -> str:
+    quoted = urllib.parse.quote(mirror.login, safe=""), urllib.parse.quote(mirror.password, safe="")
+    return f"http://{quoted[0]}:{quoted[1]}@127.0.0.1:{mirror.port}{path}"
+
+
+def run_os_install(os_image_amd64: str, server_url: str, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", "run", "--rm", "--network", "host", "-e", f"ASCEND_BUILD_SERVER={server_url}",
+         "-v", f"{OS_INSTALL}:/usr/local/libexec/ascend-images/os-install:ro", os_image_amd64, "bash", "-c", script],
+        capture_output=True, text=True, timeout=600)
+
+
+def test_apt_installs_through_a_private_mirror_and_keeps_nothing(os_image_amd64, mirror):
+    inputs = InputFlags(os_mirror=mirror_url(mirror, "/debian")).inputs()
+    assert mirror.password not in inputs.os_mirror  # what a Dockerfile or content key could see
+    script = ("cp /etc/apt/sources.list /tmp/before; /usr/local/libexec/ascend-images/os-install apt less "
+              "&& command -v less && cmp /etc/apt/sources.list /tmp/before && echo sources:stock "
+              "&& ! ls /etc/apt/auth.conf.d/* 2>/dev/null && echo auth:none "
+              f"&& ! grep -rqF {mirror.password[-8:]!r} /etc /var /tmp/before && echo secret:none")
+    with BuildServer(inputs) as server:
+        result = run_os_install(os_image_amd64, server.url, script)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("/usr/bin/less", "sources:stock", "auth:none", "secret:none"):
+        assert line in result.stdout, result.stdout
+    # the archive's index and the package came through the mirror, with its credentials
+    assert mirror.authorized("/debian/dists/bookworm/InRelease"), mirror.requests
+    assert any("/pool/main/l/less/" in path for path in mirror.authorized("/debian/pool/")), mirror.requests
+    assert mirror.password not in result.stdout + result.stderr
+
+
+def test_without_a_mirror_the_stock_sources_are_used(os_image_amd64):
+    with BuildServer(InputFlags().inputs()) as server:
+        result = run_os_install(os_image_amd64, server.url,
+                                "/usr/local/libexec/ascend-images/os-install apt less && command -v less")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dnf_gets_the_mirror_and_its_credentials_in_the_repo_files_then_the_stock_ones(os_image_amd64, mirror):
+    inputs = InputFlags(os_mirror=mirror_url(mirror, "/repos&mirrors/openeuler")).inputs()
+    script = (f"mkdir -p /etc/yum.repos.d && cat > /etc/yum.repos.d/openEuler.repo <<'EOF'\n{OPENEULER_REPO}EOF\n"
+              f"cat > /usr/local/bin/dnf <<'EOF'\n{FAKE_DNF}EOF\n"
+              "chmod +x /usr/local/bin/dnf && cp /etc/yum.repos.d/openEuler.repo /tmp/before "
+              "&& /usr/local/libexec/ascend-images/os-install dnf tar "
+              "&& cmp /etc/yum.repos.d/openEuler.repo /tmp/before && echo repo:stock && cat /tmp/seen.repo")
+    with BuildServer(inputs) as server:
+        result = run_os_install(os_image_amd64, server.url, script)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "repo:stock" in result.stdout
+    seen = result.stdout.split("repo:stock\n", 1)[1]
+    base = f"http://127.0.0.1:{mirror.port}/repos&mirrors/openeuler"
+    # written out by hand from OPENEULER_REPO: the two repo.openeuler.org URLs moved to the mirror, the metalink
+    # (another host) kept, and the credentials as the section's own options
+    assert seen.splitlines() == [
+        "[OS]", "username=mirror-user", f"password={mirror.password}", "name=OS",
+        f"baseurl={base}/openEuler-24.03-LTS/OS/$basearch/",
+        "metalink=https://mirrors.openeuler.org/metalink?repo=$releasever/OS&arch=$basearch",
+        "metadata_expire=1h", "enabled=1", "gpgcheck=1",
+        f"gpgkey={base}/openEuler-24.03-LTS/OS/$basearch/RPM-GPG-KEY-openEuler",
+    ], seen
+
+
+def test_a_build_server_that_does_not_answer_stops_the_install(os_image_amd64):
+    result = run_os_install(os_image_amd64, "http://127.0.0.1:9/nothing-here",
+                            "/usr/local/libexec/ascend-images/os-install apt less")
+    assert result.returncode == 1
+    assert "os-install: the build server http://127.0.0.1:9/nothing-here does not answer" in result.stderr

@@ -1,0 +1,149 @@
+"""A marker password in every flag that may carry a credential, through a real build that uses each one: private
+mirrors on 127.0.0.1 that want the credentials (and record that they got them) stand for the OS mirror, the pip
+index, an extra pip index and the torch index; a netrc and a CA bundle carry markers of their own. Then no marker
+may be in a rendered Dockerfile, a build log, the build's output, `docker history --no-trunc`, the images'
+configuration (labels, env) or their files (`docker save` of the chain, every layer read).
+
+x86_64 (native) with this machine's torch 2.13.0 CPU wheel, served by the private torch index. Every stage is
+forced to build (a content key sees no credential, so the stages would otherwise be reused) under a namespace of
+its own, and removed afterwards."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+import uuid
+
+import pytest
+import yaml
+
+from tests.conftest import HOST_CA, LEAK_MARKER_PREFIX, TORCH_WHEEL, X86_RELEASE, remove_tags, torch_cpu_wheel
+from tests.fixtures.private_mirror import PrivateMirror
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+FLAGS = ("os-mirror", "pip-index-url", "pip-extra-index-url", "torch-index-url", "netrc", "ca-bundle")
+
+
+@pytest.fixture
+def markers() -> dict[str, str]:
+    return {flag: f"{LEAK_MARKER_PREFIX}{flag}-{uuid.uuid4().hex[:10]}" for flag in FLAGS}
+
+
+@pytest.fixture
+def mirrors(markers, work_dir, tmp_path):
+    torch_wheels = tmp_path / "torch-wheels"
+    torch_wheels.mkdir()
+    (torch_wheels / TORCH_WHEEL).symlink_to(torch_cpu_wheel(work_dir.parent / "cache" / "torch-cpu"))
+    served = {flag: PrivateMirror(f"user-{flag}", markers[flag], torch_wheels if flag == "torch-index-url" else None)
+              for flag in ("os-mirror", "pip-index-url", "pip-extra-index-url", "torch-index-url")}
+    for mirror in served.values():
+        mirror.start()
+    yield served
+    for mirror in served.values():
+        mirror.stop()
+
+
+@pytest.fixture
+def namespace(docker_client):
+    ns = f"ascend-images-secrets-{uuid.uuid4().hex[:8]}"
+    yield ns
+    remove_tags(docker_client, f"{ns}/", force=True)
+
+
+def scan_stream(stream, markers: dict[str, str]) -> list[str]:
+    """The flags whose marker is in `stream` (a tar of tars: `docker save`): every member read in blocks, a marker
+    split across two blocks found too. Layers are tars whose files are stored whole, so reading the bytes reads them."""
+    found: set[str] = set()
+    with tarfile.open(fileobj=stream, mode="r|") as outer:
+        for member in outer:
+            if not member.isfile():
+                continue
+            reader = outer.extractfile(member)
+            tail = b""
+            while block := reader.read(1 << 20):
+                window = tail + block
+                found |= {flag for flag, marker in markers.items() if marker.encode() in window}
+                tail = window[-128:]
+    return sorted(found)
+
+
+def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker_client, x86_matrix, fake_cann_both,
+                                                                          os_image_amd64, work_dir, tmp_path, markers,
+                                                                          mirrors, namespace):
+    from ascend_images import commands as cli
+
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "netrc").write_text(f"machine private.example login ci password {markers['netrc']}\n")
+    (secrets / "ca.pem").write_text(f"# {markers['ca-bundle']}\n{HOST_CA.read_text() if HOST_CA.exists() else ''}")
+    data = yaml.safe_load(x86_matrix.read_text())
+    data["cann"]["download_referer"] += f"?test={uuid.uuid4().hex[:12]}"
+    matrix = tmp_path / "matrix" / "matrix.yaml"
+    matrix.parent.mkdir()
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    for entry in x86_matrix.parent.iterdir():  # its locks and checksums
+        if entry.name != "matrix.yaml":
+            (matrix.parent / entry.name).symlink_to(entry)
+    build_dir = tmp_path / "work"
+
+    sel = cli.Selection(matrix=str(matrix), device="a2", backend="none", release=X86_RELEASE, arch="x86_64",
+                        allocator="jemalloc")
+    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_both),
+                            torch_index_url=mirrors["torch-index-url"].url("/simple/"))
+    inputs = cli.InputFlags(os_mirror=mirrors["os-mirror"].url("/debian"),
+                            pip_index_url=mirrors["pip-index-url"].url("/pypi/simple/"),
+                            pip_extra_index_url=[mirrors["pip-extra-index-url"].url("/simple/")],
+                            ca_bundle=str(secrets / "ca.pem"), netrc=str(secrets / "netrc"))
+    lines: list[str] = []
+    plan, results = cli.build_selection(sel, flags, inputs, lines.append, work_dir=build_dir, namespace=namespace,
+                                        force=True)
+    output = "\n".join(lines)
+    assert [r.status for r in results] == ["built"] * len(plan.stages), output
+    assert [s.kind for s in plan.stages] == ["base", "cann-install", "cann", "torch", "overlay"], output
+
+    # each credential was used: the mirrors saw it (so the build really went through them)
+    assert mirrors["os-mirror"].authorized("/debian/dists/bookworm/InRelease")
+    assert mirrors["os-mirror"].authorized("/debian/pool/main/j/jemalloc/")  # the overlay's install, too
+    assert mirrors["pip-index-url"].authorized("/pypi/simple/")
+    assert mirrors["pip-extra-index-url"].authorized("/simple/")
+    assert mirrors["torch-index-url"].authorized(f"/files/{TORCH_WHEEL}")
+
+    leaks: dict[str, list[str]] = {}
+
+    def check(where: str, text: str) -> None:
+        hit = [flag for flag, marker in markers.items() if marker in text]
+        if hit:
+            leaks[where] = hit
+
+    check("the build's output", output)
+    for path in sorted(build_dir.rglob("*")):  # rendered contexts (Dockerfiles) and every stage's build log
+        if path.is_file():
+            check(str(path.relative_to(build_dir)), path.read_text(errors="replace"))
+    tags = [s.tag for s in plan.stages]
+    for tag in tags:
+        history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", tag],
+                                 capture_output=True, text=True, check=True).stdout
+        check(f"docker history {tag}", history)
+        check(f"docker inspect {tag}", json.dumps(docker_client.api.inspect_image(tag)))
+    save = subprocess.Popen(["docker", "save", tags[-1]], stdout=subprocess.PIPE)
+    in_files = scan_stream(save.stdout, markers)
+    assert save.wait() == 0
+    if in_files:
+        leaks[f"docker save {tags[-1]}"] = in_files
+    assert not leaks, f"credentials found (where: which flags): {leaks}"
+
+    # and the scan sees a marker when there is one: a layer holding a file with the netrc's marker
+    (tmp_path / "probe").write_text(markers["netrc"])
+    probe = tarfile.TarInfo("layer.tar")
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w") as layer:
+        layer.add(tmp_path / "probe", arcname="etc/probe")
+    probe.size = len(inner.getvalue())
+    outer = io.BytesIO()
+    with tarfile.open(fileobj=outer, mode="w") as archive:
+        archive.addfile(probe, io.BytesIO(inner.getvalue()))
+    outer.seek(0)
+    assert scan_stream(outer, markers) == ["netrc"]
