@@ -63,3 +63,25 @@ def test_env_diff_cleans_path_lists():
              "ASCEND_HOME_PATH": "/a"}
     assert diff_env(before, after) == {"ASCEND_HOME_PATH": "/a", "LD_LIBRARY_PATH": "/a/lib", "PATH": "/a/bin:/usr/bin"}
     assert clean_path_list("::/x::/y:/x:") == "/x:/y"
+
+
+def test_a_client_that_goes_away_prints_no_traceback(tmp_path, capfd):
+    """A RUN that stops mid-download resets the connection; the server's answer then fails. The build's output
+    must not get socketserver's traceback for it (the tests reject any traceback in a build's output)."""
+    import socket
+    import struct
+    import time
+
+    big = tmp_path / "wheels"
+    big.mkdir()
+    (big / "big.whl").write_bytes(b"x" * (32 << 20))
+    with BuildServer(BuildInputs(wheelhouse=big), port=0) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        for _ in range(3):
+            client = socket.create_connection((host, int(port)))
+            client.sendall(b"GET /wheelhouse/big.whl HTTP/1.0\r\n\r\n")
+            client.recv(1024)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+            client.close()
+        time.sleep(0.5)
+    assert "Traceback" not in capfd.readouterr().err

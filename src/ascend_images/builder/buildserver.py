@@ -90,6 +90,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away (a RUN stopped mid-download, a Ctrl-C) is no error of the build's: socketserver
+        would print a traceback into the build's output."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
     def __init__(self, address: tuple[str, int]):
         super().__init__(address, _Handler)
         self.prefix = ""
