@@ -282,15 +282,24 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
 @task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "json": "where to write the JSON report",
             "release": "default cann8.5.0-pt2.8.0: a release with both backends, so they share base, CANN and torch",
             "runs": "start-up timing runs (median)",
-            "quick": "derive each-variant-alone times from the cold build's stage times instead of rebuilding"},
+            "quick": "derive each-variant-alone times from the cold build's stage times instead of rebuilding",
+            "stage_cache": "REGISTRY/NAMESPACE: the cold build pushes its stages there and the fleet figure is "
+                           "measured (a second, empty engine builds the selection pulling them); or set "
+                           "ASCEND_IMAGES_STAGE_CACHE",
+            "stage_cache_read_only": "with --stage-cache: the cold build pushes nothing; the fleet build pulls what "
+                                     "the cache already holds",
+            "fleet_engine": "DOCKER_HOST of an existing, empty engine for the fleet build (default: a scratch "
+                            "dockerd started and removed here, which needs root)"},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
 def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os=None, arch=None, python=None,
           profile=None, env=None,
           allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
           pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
-          namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs=7, quick=False):
-    """Measure cold, shared, no-op and incremental builds, sizes, dive efficiency and start-up cost."""
+          namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs=7, quick=False,
+          stage_cache=None, stage_cache_read_only=False, fleet_engine=None):
+    """Measure cold, fleet (with --stage-cache), shared, no-op and incremental builds, sizes, dive efficiency and
+    start-up cost."""
     _run(cli.bench, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
         profile=profile, env=env, allocator=allocator),
@@ -298,7 +307,8 @@ def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
          print, json_path=Path(json), work_dir=Path(work_dir), namespace=namespace, runs=int(runs),
-         measure_alone=not quick)
+         measure_alone=not quick, stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
+         stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine)
 
 
 @task(help={**SELECTION_HELP, "registry": "HOST[:PORT]/NAMESPACE to publish to",

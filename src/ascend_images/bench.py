@@ -3,6 +3,12 @@ measured in one run on one machine. Targets are reported, never asserted: a miss
 
 Cold builds use `force` (ignore content keys) and `nocache` (ignore Docker's layer cache), so the user's
 images and caches are left as they are.
+
+With a stage cache (`--stage-cache REGISTRY/NAMESPACE`) the cold build of the selection pushes its stages there (it is
+the only build of the bench that uses the cache: the others would push forced rebuilds, or add lookups to the no-op
+figure), and the fleet figure is measured: a second, empty engine (a scratch dockerd on this host, or `--fleet-engine`)
+given only the selection's OS images builds the same plan with the cache warm, as another machine of a fleet would.
+Target: transfer only (nothing built), at most 10% of the cold build.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import docker
 import yaml
 
+from ascend_images.bench_fleet import FLEET_FRACTION_MAX, check_fleet, fleet_row, fleet_verdict, measure_fleet
 from ascend_images.builder.build import Builder, BuildSettings, StageResult
 from ascend_images.matrix.model import Variant, load_matrix, select
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
@@ -33,7 +40,9 @@ TARGETS = {
     "shared_speedup_min": 1.8,
     "dive_efficiency_min": 0.98,
     "startup_overhead_ms_max": 30.0,
+    "fleet_fraction_max": FLEET_FRACTION_MAX,
 }
+STEPS = 7
 
 
 @dataclass
@@ -45,6 +54,9 @@ class BenchSetup:
     base_images: dict[tuple[str, str], str]
     namespace: str
     out: Out
+    stage_cache: str | None = None  # REGISTRY/NAMESPACE: the cold build pushes there, the fleet build pulls
+    stage_cache_read_only: bool = False  # the cold build pushes nothing: the fleet build uses what is there
+    fleet_engine: str | None = None  # DOCKER_HOST of an empty engine for the fleet build; default: a scratch dockerd
 
 
 def _plan(setup: BenchSetup, matrix_path: Path | None = None, namespace: str | None = None,
@@ -82,11 +94,15 @@ def _remove_stage_images(client: docker.DockerClient, plan: BuildPlan) -> None:
             client.api.remove_image(stage.tag)
 
 
-def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool) -> tuple[float, list[StageResult]]:
-    settings = replace(setup.settings, force=cold, nocache=cold)
+def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool, client: docker.DockerClient | None = None,
+           cache: bool = False) -> tuple[float, list[StageResult]]:
+    """Build `plan` on `client` (default: the host's engine), with the stage cache only when `cache`."""
+    settings = replace(setup.settings, force=cold, nocache=cold,
+                       stage_cache=setup.stage_cache if cache else None,
+                       stage_cache_read_only=setup.stage_cache_read_only)
     # the builder's own lines (stage, step, heartbeat, log path), indented under the bench's phase: a cold build
     # of two emulated backends runs for half an hour
-    builder = Builder(setup.client, settings, out=lambda line: setup.out(f"    {line}"))
+    builder = Builder(client or setup.client, settings, out=lambda line: setup.out(f"    {line}"))
     started = time.monotonic()
     results = builder.build(plan)
     return time.monotonic() - started, results
@@ -119,6 +135,7 @@ def _startup_ms(client: docker.DockerClient, ref: str, runs: int) -> float:
 def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, str, str] | None = None,
               measure_alone: bool = True) -> dict[str, Any]:
     out = setup.out
+    check_fleet(setup)
     work = setup.settings.work_dir / "bench"
     work.mkdir(parents=True, exist_ok=True)
     plan, variants = _plan(setup)
@@ -128,13 +145,21 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
         "selection": setup.selection, "variants": [v.name for v in variants], "targets": TARGETS,
     }
 
-    out(f"[bench 1/6] cold build of the selection ({len(plan.stages)} stages)")
-    cold, cold_results = _build(setup, plan, cold=True)
+    pushing = f", pushing to the stage cache {setup.stage_cache}" if setup.stage_cache and \
+        not setup.stage_cache_read_only else ""
+    out(f"[bench 1/{STEPS}] cold build of the selection ({len(plan.stages)} stages{pushing})")
+    cold, cold_results = _build(setup, plan, cold=True, cache=True)
     report["cold_seconds"] = round(cold, 1)
     report["stages"] = [{"tag": r.tag, "kind": r.kind, "seconds": round(r.seconds, 1)} for r in cold_results]
     out(f"  {cold:.0f}s")
 
-    out("[bench 2/6] each variant alone, from nothing")
+    if setup.stage_cache:
+        out(f"[bench 2/{STEPS}] fleet: a second, empty engine builds the selection with the stage cache warm")
+    else:
+        out(f"[bench 2/{STEPS}] fleet: skipped (needs --stage-cache)")
+    report.update(measure_fleet(setup, plan, cold, _build))
+
+    out(f"[bench 3/{STEPS}] each variant alone, from nothing")
     alone = []
     for v in variants:
         where = {"device": v.device, "backend": v.backend, "arch": v.arch, "os": v.os, "release": v.release_name}
@@ -151,14 +176,14 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     report["alone_measured"] = measure_alone
     report["shared_speedup"] = round(sum(alone) / cold, 2) if cold else None
 
-    out("[bench 3/6] no-op rebuild")
+    out(f"[bench 4/{STEPS}] no-op rebuild")
     noop, noop_results = _build(setup, plan, cold=False)
     report["noop_seconds"] = round(noop, 2)
     report["noop_fraction"] = round(noop / cold, 4) if cold else None
     report["noop_rebuilt"] = [r.tag for r in noop_results if r.status == "built"]
     out(f"  {noop:.1f}s ({report['noop_fraction']:.2%} of cold), rebuilt: {report['noop_rebuilt'] or 'nothing'}")
 
-    out("[bench 4/6] incremental rebuild after one env default changes")
+    out(f"[bench 5/{STEPS}] incremental rebuild after one env default changes")
     device, name, value = incremental_env or (variants[-1].device, "SOC_VERSION",
                                               variants[-1].device_spec.soc_version + "x")
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,7 +200,7 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     # put the real images back under their tags
     _build(setup, plan, cold=False)
 
-    out("[bench 5/6] sizes and dive efficiency")
+    out(f"[bench 6/{STEPS}] sizes and dive efficiency")
     sizes = {}
     for stage in plan.stages:
         own = _image_size(setup.client, stage.tag) - (_image_size(setup.client, stage.parent.tag)
@@ -187,7 +212,7 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     for tag, score in report["dive"].items():
         out(f"  {tag}: {sizes[tag]['image_mb']} MB, dive efficiency {score}")
 
-    out(f"[bench 6/6] start-up: docker run IMAGE true, median of {runs}")
+    out(f"[bench 7/{STEPS}] start-up: docker run IMAGE true, median of {runs}")
     base_ref = next(s.parent_ref for s in plan.stages if s.parent is None)
     base_ms = _startup_ms(setup.client, base_ref, runs)
     startup = {tag: round(_startup_ms(setup.client, tag, runs), 1) for tag in {plan.top(v).tag for v in variants}}
@@ -207,6 +232,7 @@ def verdicts(report: dict[str, Any]) -> dict[str, bool | None]:
         and report["shared_speedup"] >= t["shared_speedup_min"],
         "dive_at_least_0_98": (min(dive) >= t["dive_efficiency_min"]) if dive else None,
         "startup_within_30ms": max(report["startup_ms"]["overhead_ms"].values()) <= t["startup_overhead_ms_max"],
+        "fleet_within_10pct": fleet_verdict(report),
     }
 
 
@@ -217,6 +243,7 @@ def table(report: dict[str, Any]) -> str:
                                      f"{'' if report['alone_measured'] else ' (DERIVED from stage times, --quick)'}"),
         ("shared-stage speed-up", f"{report['shared_speedup']}x (target >= 1.8x)"
                                   f"{'' if report['alone_measured'] else ' (DERIVED: from the derived sum above)'}"),
+        ("fleet build (2nd engine, cache warm)", fleet_row(report)),
         ("no-op rebuild", f"{report['noop_seconds']} s = {report['noop_fraction']:.2%} of cold (target <= 3%)"),
         ("incremental rebuild", f"{report['incremental']['seconds']} s, {len(report['incremental']['rebuilt'])} "
                                 f"stage(s), only affected: {report['incremental']['only_affected']}"),

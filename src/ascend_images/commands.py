@@ -338,7 +338,10 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
 # --- invoke bench ----------------------------------------------------------------------------------
 def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, json_path: Path,
           work_dir: Path = Path("build"), namespace: str = "ascend-images-bench", runs: int = 7,
-          measure_alone: bool = True) -> dict:
+          measure_alone: bool = True, stage_cache: str | None = None, stage_cache_read_only: bool = False,
+          fleet_engine: str | None = None) -> dict:
+    """`invoke bench`; with a stage cache, the cold build pushes there and the fleet build (a second, empty engine:
+    a scratch dockerd here, or `fleet_engine`) is measured pulling from it."""
     from ascend_images.bench import BenchSetup, run_bench, table
     from ascend_images.builder.build import BuildSettings, git_revision
     from ascend_images.builder.engine import connect, image_exists
@@ -354,7 +357,8 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
     settings = BuildSettings(flags.sources(matrix), input_flags.inputs(flags.index_credentials()), work_dir,
                              revision=git_revision(PROJECT_ROOT))
     setup = BenchSetup(client, settings, Path(sel.matrix), selection,
-                       base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out)
+                       base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out,
+                       stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine)
     report = run_bench(setup, runs=runs, measure_alone=measure_alone)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -1,3 +1,7 @@
+from typing import ClassVar
+
+import pytest
+
 from ascend_images.bench import TARGETS, table, verdicts
 from tests.conftest import ROOT
 
@@ -17,7 +21,7 @@ def report(**over):
 def test_verdicts_report_hits_and_misses():
     v = verdicts(report())
     assert v == {"noop_within_3pct": True, "incremental_only_affected": True, "shared_at_least_1_8x": False,
-                 "dive_at_least_0_98": True, "startup_within_30ms": True}
+                 "dive_at_least_0_98": True, "startup_within_30ms": True, "fleet_within_10pct": None}
     v = verdicts(report(noop_fraction=0.05, dive={"ns/x:tag": None}, startup_ms={"overhead_ms": {"t": 45.0}}))
     assert v["noop_within_3pct"] is False and v["dive_at_least_0_98"] is None and v["startup_within_30ms"] is False
 
@@ -76,3 +80,261 @@ def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
     (variant,) = select(matrix, device="a3", backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
     assert effective_env(variant)["SOC_VERSION"].value == "Ascend910_9391x"
     assert load_lock(variant).pins["vllm-ascend"] == "0.13.0"
+
+
+# --- the fleet figure: a second engine's build with the stage cache warm, as a fraction of the cold build ----------
+def fleet(built=0, pulled=4, reused=0, seconds=30.0, **over):
+    """A report whose cold build took 600 s and whose second engine took `seconds` with the stage cache warm."""
+    return report(stage_cache="localhost:5000/cache", fleet_engine="scratch dockerd on this host",
+                  fleet_seconds=seconds, fleet_fraction=round(seconds / 600.0, 4),
+                  fleet_statuses={"built": built, "pulled": pulled, "reused": reused}, fleet_error=None, **over)
+
+
+def rows(r) -> dict[str, str]:
+    r["verdicts"] = verdicts(r)
+    return {line.split("  ", 1)[0].strip(): line.split("  ", 1)[1].strip() for line in table(r).splitlines()}
+
+
+def test_fleet_figure_met_when_only_transfer_within_10pct_of_cold():
+    r = fleet()
+    assert verdicts(r)["fleet_within_10pct"] is True
+    shown = rows(r)
+    assert shown["fleet build (2nd engine, cache warm)"] == \
+        "30.0 s = 5.00% of cold: 4 pulled, 0 built, 0 reused (target <= 10%, nothing built)"
+    assert shown["target fleet_within_10pct"] == "met"
+
+
+def test_fleet_figure_missed_when_the_second_engine_built_anything():
+    """Fast is not enough: a stage built there means the cache did not hold it, so the figure is not a transfer."""
+    r = fleet(built=1, pulled=3, seconds=42.0)
+    assert verdicts(r)["fleet_within_10pct"] is False
+    assert rows(r)["target fleet_within_10pct"] == "MISSED"
+    assert "3 pulled, 1 built" in rows(fleet(built=1, pulled=3))["fleet build (2nd engine, cache warm)"]
+
+
+def test_fleet_figure_missed_over_10pct_or_on_error():
+    assert verdicts(fleet(seconds=66.0))["fleet_within_10pct"] is False  # 11% of cold, all pulled
+    assert verdicts(fleet(seconds=60.0))["fleet_within_10pct"] is True  # 10% exactly: at most 10%
+    failed = {**fleet(), "fleet_seconds": None, "fleet_fraction": None, "fleet_statuses": None,
+              "fleet_error": "the scratch dockerd exited (1): ..."}
+    assert verdicts(failed)["fleet_within_10pct"] is False
+    assert rows(failed)["fleet build (2nd engine, cache warm)"].startswith("failed: the scratch dockerd exited")
+
+
+def test_fleet_figure_not_measured_without_a_stage_cache():
+    r = report()  # no stage_cache key at all, as a bench without --stage-cache (or an older bench.json) has
+    assert verdicts(r)["fleet_within_10pct"] is None
+    shown = rows(r)
+    assert shown["fleet build (2nd engine, cache warm)"] == "not measured (needs --stage-cache)"
+    assert shown["target fleet_within_10pct"] == "not measured"
+    assert TARGETS["fleet_fraction_max"] == 0.10
+
+
+# --- run_bench with fake engines and builds: which build carries the cache, where the fleet build runs ------------
+class FakeApi:
+    def __init__(self, images=()):
+        self.state = [dict(i) for i in images]
+        self.removed: list[str] = []
+
+    def images(self, name=None, all=False):
+        found = [i for i in self.state if not name or name in i["RepoTags"]]
+        return [{**i, "RepoTags": list(i["RepoTags"])} for i in found]  # the engine's answer, not its state
+
+    def remove_image(self, ref):
+        self.removed.append(ref)
+        for image in self.state:
+            if ref in image["RepoTags"]:
+                image["RepoTags"].remove(ref)
+        self.state = [i for i in self.state if i["RepoTags"]]
+
+
+class FakeClient:
+    def __init__(self, images=()):
+        from types import SimpleNamespace
+
+        self.api = FakeApi(images)
+        self.version = lambda: {"Version": "fake"}
+        self.ping = lambda: True
+        self.info = SimpleNamespace
+
+
+class FakeEngine:
+    made: ClassVar[list] = []
+
+    def __init__(self, root, data_root=None, extra_args=()):
+        self.root, self.data_root, self.host = root, data_root, f"unix://{root}/docker.sock"
+        self.started = self.stopped = False
+        FakeEngine.made.append(self)
+
+    def start(self):
+        self.started = True
+
+    def stop(self):
+        import shutil
+
+        self.stopped = True
+        for path in (self.root, self.data_root):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_bench(monkeypatch, tmp_path):
+    """run_bench on fakes: each Builder records its engine and settings; a forced (cold) build takes 600 s, a build on
+    the fleet engine 30 s and pulls every stage, any other build 6 s and reuses every stage."""
+    from types import SimpleNamespace
+
+    import ascend_images.bench as bench
+    import ascend_images.bench_fleet as bench_fleet
+    from ascend_images.builder.build import BuildSettings, StageResult
+    from ascend_images.inputs.sources import CannSource
+
+    clock = [0.0]
+    fleet_client = FakeClient([{"Id": "theirs", "RepoTags": ["someone/else:1"]}])
+    builders, loaded, lines = [], [], []
+    state = SimpleNamespace(builders=builders, loaded=loaded, lines=lines, fleet_client=fleet_client, fail=None,
+                            host_client=FakeClient(), clock=clock)
+
+    class FakeBuilder:
+        def __init__(self, client, settings, out=None):
+            self.client, self.settings = client, settings
+            builders.append(self)
+
+        def build(self, plan):
+            self.plan = plan
+            on_fleet = self.client is fleet_client
+            if on_fleet and state.fail:
+                raise state.fail
+            clock[0] += 30.0 if on_fleet else 600.0 if self.settings.force else 6.0
+            status = "pulled" if on_fleet else "built" if self.settings.force else "reused"
+            if on_fleet:
+                fleet_client.api.state += [{"Id": f"id-{s.tag}", "RepoTags": [s.tag, f"{self.settings.stage_cache}/"
+                                            f"{s.repo.rsplit('/', 1)[-1]}:ck-{s.tag[-6:]}"]} for s in plan.stages]
+            return [StageResult(s.tag, s.kind, status, f"id-{s.tag}", "key", 1.0, None, "") for s in plan.stages]
+
+    def load(ref, host, source_host=None):
+        loaded.append((ref, host))
+        fleet_client.api.state.append({"Id": f"os-{ref}", "RepoTags": [ref]})
+
+    FakeEngine.made = []
+    monkeypatch.setattr(bench, "Builder", FakeBuilder)
+    monkeypatch.setattr(bench, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(bench_fleet, "ScratchEngine", FakeEngine)
+    monkeypatch.setattr(bench_fleet, "load_image", load)
+    monkeypatch.setattr(bench_fleet, "missing_requirement", lambda: None)
+    monkeypatch.setattr(bench_fleet, "_engine_client", lambda host: fleet_client)
+    monkeypatch.setattr(bench, "_image_size", lambda client, ref: 1_000_000)
+    monkeypatch.setattr(bench, "_dive", lambda ref, work: None)
+    monkeypatch.setattr(bench, "_startup_ms", lambda client, ref, runs: 10.0)
+
+    def setup(**over):
+        sources = SimpleNamespace(cann=CannSource("url", strict=False), artifacts=SimpleNamespace(test_double=False))
+        settings = BuildSettings(sources, work_dir=tmp_path / "build")  # type: ignore[arg-type]
+        selection = {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "arch": "aarch64"}
+        return bench.BenchSetup(state.host_client, settings, ROOT / "matrix.yaml", selection, {},
+                                "ascend-images-bench", lines.append, **over)
+
+    state.setup = setup
+    return state
+
+
+def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
+    from ascend_images.bench import run_bench
+
+    result = run_bench(fake_bench.setup(), runs=1, measure_alone=False)
+    assert not FakeEngine.made and not fake_bench.loaded
+    assert all(b.client is fake_bench.host_client and b.settings.stage_cache is None for b in fake_bench.builders)
+    assert result["stage_cache"] is None and result["fleet_seconds"] is None and result["fleet_fraction"] is None
+    assert result["verdicts"]["fleet_within_10pct"] is None
+    assert "[bench 2/7] fleet: skipped (needs --stage-cache)" in fake_bench.lines
+    assert [line.split("]")[0] for line in fake_bench.lines if line.startswith("[bench ")] == \
+        [f"[bench {k}/7" for k in range(1, 8)]
+
+
+def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
+    """Only the cold build of the selection pushes to the cache; the fleet build runs the same plan on the second
+    engine with the cache, after only the OS image was loaded there; the engine is stopped afterwards."""
+    from ascend_images.bench import run_bench, table
+    from ascend_images.bench_fleet import fleet_inputs
+
+    result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
+    cold, *rest = fake_bench.builders
+    assert cold.settings.force and cold.settings.stage_cache == "localhost:5000/cache"
+    (on_fleet,) = [b for b in rest if b.client is fake_bench.fleet_client]
+    assert on_fleet.settings.stage_cache == "localhost:5000/cache" and not on_fleet.settings.force
+    assert [s.tag for s in on_fleet.plan.stages] == [s.tag for s in cold.plan.stages]
+    assert all(b.settings.stage_cache is None for b in rest if b is not on_fleet)
+    (engine,) = FakeEngine.made
+    assert engine.started and engine.stopped
+    assert fake_bench.loaded == [(ref, engine.host) for ref in fleet_inputs(cold.plan)]
+    assert len(fake_bench.loaded) == 1 and fake_bench.loaded[0][0].startswith("debian")  # the OS image, no stage
+    stages = len(cold.plan.stages)
+    assert result["fleet_seconds"] == 30.0 and result["fleet_fraction"] == 0.05 and result["cold_seconds"] == 600.0
+    assert result["fleet_statuses"] == {"built": 0, "pulled": stages, "reused": 0}
+    assert result["verdicts"]["fleet_within_10pct"] is True
+    assert f"30.0 s = 5.00% of cold: {stages} pulled, 0 built" in table(result)
+    assert any(line.startswith("[bench 2/7] fleet: a second, empty engine") for line in fake_bench.lines)
+
+
+def test_a_failed_fleet_build_is_a_finding_and_the_engine_still_goes(fake_bench):
+    from ascend_images.bench import run_bench
+    from ascend_images.errors import BuildError
+
+    fake_bench.fail = BuildError("[1/4 base] x failed at step 3")
+    result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
+    (engine,) = FakeEngine.made
+    assert engine.stopped
+    assert result["fleet_error"] == "[1/4 base] x failed at step 3"
+    assert result["verdicts"]["fleet_within_10pct"] is False
+    assert "noop_seconds" in result and "startup_ms" in result  # the other phases still ran
+
+
+def test_a_fleet_engine_of_ones_own_is_left_as_it_was(fake_bench):
+    """--fleet-engine: no scratch engine; what the phase put there (the OS image, the pulled stages and their cache
+    tags) is removed afterwards, what the engine held before stays."""
+    from ascend_images.bench import run_bench
+
+    result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache", fleet_engine="tcp://fleet:2375"),
+                       runs=1, measure_alone=False)
+    assert not FakeEngine.made
+    assert fake_bench.loaded[0][1] == "tcp://fleet:2375" and result["fleet_engine"] == "tcp://fleet:2375"
+    assert result["verdicts"]["fleet_within_10pct"] is True
+    assert fake_bench.fleet_client.api.state == [{"Id": "theirs", "RepoTags": ["someone/else:1"]}]
+
+
+def test_what_would_stop_the_fleet_phase_stops_the_bench_before_the_cold_build(fake_bench, monkeypatch, tmp_path):
+    import os
+
+    import ascend_images.bench as bench
+    import ascend_images.bench_fleet as bench_fleet
+    from ascend_images.builder import scratch_engine
+    from ascend_images.builder.scratch_engine import ScratchEngineError
+    from ascend_images.errors import SelectionError
+    from ascend_images.inputs.sources import TEST_DOUBLE_MARKER, CannSource
+
+    monkeypatch.setattr(bench_fleet, "missing_requirement", scratch_engine.missing_requirement)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ScratchEngineError, match=r"needs root; this process runs as uid 1000: .* --fleet-engine"):
+        bench.run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"))
+    with pytest.raises(SelectionError, match="--fleet-engine .* needs --stage-cache"):
+        bench.run_bench(fake_bench.setup(fleet_engine="tcp://fleet:2375"))
+    doubles = fake_bench.setup(stage_cache="localhost:5000/cache", fleet_engine="tcp://fleet:2375")
+    fake_cann = tmp_path / "fake-cann"
+    fake_cann.mkdir()
+    (fake_cann / TEST_DOUBLE_MARKER).write_text("")
+    doubles.settings.sources.cann = CannSource("local", fake_cann)
+    with pytest.raises(SelectionError, match="test doubles: .* localhost:5000/cache-test-double"):
+        bench.run_bench(doubles)
+    assert not fake_bench.builders
+
+
+def test_a_scratch_engine_needs_root(monkeypatch, tmp_path):
+    import os
+
+    from ascend_images.builder.scratch_engine import ScratchEngine, ScratchEngineError
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(ScratchEngine, "_start", lambda self: pytest.fail("it went on to start a dockerd"))
+    engine = ScratchEngine(tmp_path / "engine")
+    with pytest.raises(ScratchEngineError, match="needs root"):
+        engine.start()
+    assert not (tmp_path / "engine").exists()

@@ -1,0 +1,163 @@
+"""`invoke bench`'s fleet figure: a second, empty engine's build of the selection with the stage cache warm, as a
+fraction of the cold build. The second engine is a scratch dockerd on this host, or `--fleet-engine` (another
+machine's, or one started by hand); it gets only the selection's OS images (inputs, like the CANN packages), so
+what it does not pull it must build. Target: transfer only (nothing built), at most 10% of the cold build."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import docker
+
+from ascend_images.builder.scratch_engine import ScratchEngine, ScratchEngineError, load_image, missing_requirement
+from ascend_images.builder.stagecache import StageCache
+from ascend_images.errors import AscendImagesError, Interrupted, SelectionError
+from ascend_images.stages.plan import BuildPlan
+
+if TYPE_CHECKING:
+    from ascend_images.bench import BenchSetup
+
+FLEET_FRACTION_MAX = 0.10
+# bench's build of a plan: (setup, plan, cold=, client=, cache=) -> (seconds, results)
+Build = Callable[..., tuple[float, list[Any]]]
+
+
+def check_fleet(setup: BenchSetup) -> None:
+    """What would stop the fleet phase, found before the cold build's half hour rather than after it."""
+    if setup.stage_cache is None:
+        if setup.fleet_engine:
+            raise SelectionError("--fleet-engine is where the fleet build runs, which needs --stage-cache "
+                                 "REGISTRY/NAMESPACE (or ASCEND_IMAGES_STAGE_CACHE) to pull from")
+        return
+    StageCache(setup.stage_cache, setup.client, setup.out)  # the name's own check
+    sources = setup.settings.sources
+    doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
+                                       ("artifacts", sources.artifacts.test_double)) if used]
+    if doubles and not setup.stage_cache_read_only and "test-double" not in setup.stage_cache:
+        raise SelectionError(f"the {' and '.join(doubles)} are test doubles: their stages go only to a stage cache "
+                             f"named as such, so nothing would reach {setup.stage_cache} and the fleet build would "
+                             f"build everything; name one with test-double in it, e.g. "
+                             f"{setup.stage_cache}-test-double")
+    if setup.fleet_engine:
+        try:
+            _engine_client(setup.fleet_engine).ping()
+        except docker.errors.DockerException as exc:
+            raise SelectionError(f"--fleet-engine {setup.fleet_engine}: no Docker engine answers there "
+                                 f"({str(exc).strip()[:200]})") from None
+        return
+    problem = missing_requirement()
+    if problem:
+        raise ScratchEngineError(f"{problem}: the fleet figure (--stage-cache) starts one; run as root, or name an "
+                                 "empty engine elsewhere with --fleet-engine DOCKER_HOST")
+
+
+def _engine_client(host: str) -> docker.DockerClient:
+    return docker.DockerClient(base_url=host, timeout=600)
+
+
+def fleet_inputs(plan: BuildPlan) -> list[str]:
+    """The images the plan starts FROM (the OS images): inputs of a build, like the CANN packages, not stages."""
+    return sorted({s.parent_ref for s in plan.stages if s.parent is None})
+
+
+def _clear_engine(client: docker.DockerClient, setup: BenchSetup, plan: BuildPlan, before: set[str]) -> None:
+    """Leave a --fleet-engine as it was: what the phase put there (an image it did not have, under a stage's tag, a
+    stage-cache tag or an input's ref) goes, newest first; whatever else it holds stays."""
+    ours = {s.tag for s in plan.stages} | set(fleet_inputs(plan))
+    for image in sorted(client.api.images(), key=lambda i: i.get("Created", 0), reverse=True):
+        if image["Id"] in before:
+            continue
+        for ref in image.get("RepoTags") or []:
+            if ref in ours or ref.startswith(f"{setup.stage_cache}/"):
+                with contextlib.suppress(docker.errors.APIError):
+                    client.api.remove_image(ref)
+
+
+def measure_fleet(setup: BenchSetup, plan: BuildPlan, cold: float, build: Build) -> dict[str, Any]:
+    """The fleet phase's part of the report. Without a stage cache nothing is measured (every figure None). An error
+    on the way (the engine, a load, the build) is recorded as `fleet_error`, not raised: the other figures of the
+    bench still come; Ctrl-C still stops it. The scratch engine is stopped and removed whatever happens."""
+    out = setup.out
+    part: dict[str, Any] = {"stage_cache": setup.stage_cache, "fleet_engine": None, "fleet_inputs": [],
+                            "fleet_seconds": None, "fleet_fraction": None, "fleet_statuses": None, "fleet_error": None}
+    if not setup.stage_cache:
+        return part
+    inputs = fleet_inputs(plan)
+    part["fleet_inputs"] = inputs
+    engine = None
+    client = None
+    before: set[str] = set()
+    try:
+        if setup.fleet_engine:
+            host = part["fleet_engine"] = setup.fleet_engine
+        else:
+            work = setup.settings.work_dir.absolute() / "bench"
+            work.mkdir(parents=True, exist_ok=True)
+            # the root short (containerd's sockets live below it), the images beside the bench's other files
+            engine = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-fleet-")),
+                                   data_root=Path(tempfile.mkdtemp(prefix="fleet-engine-", dir=work)))
+            out(f"  starting a scratch engine (dockerd) at {engine.host}, data root {engine.data_root}")
+            engine.start()
+            host = engine.host
+            part["fleet_engine"] = "scratch dockerd on this host"
+        client = _engine_client(host)
+        before = {i["Id"] for i in client.api.images(all=True)}
+        present = [i for i in client.api.images() if not set(i.get("RepoTags") or []) & set(inputs)]
+        if present:
+            out(f"  warning: the fleet engine already holds {len(present)} image(s); a stage it has is reused, not "
+                "pulled, so the figure is not all transfer")
+        for ref in inputs:  # not timed: inputs, not stages
+            here = bool(client.api.images(name=ref))
+            out(f"  {'already there' if here else 'loading'}: {ref} (an input, not timed)")
+            if not here:
+                load_image(ref, host)
+        out(f"  building the selection there with the stage cache {setup.stage_cache}")
+        seconds, results = build(setup, plan, cold=False, client=client, cache=True)
+        statuses = {status: sum(r.status == status for r in results) for status in ("built", "pulled", "reused")}
+        part.update(fleet_seconds=round(seconds, 1), fleet_fraction=round(seconds / cold, 4) if cold else None,
+                    fleet_statuses=statuses)
+        share = f" ({part['fleet_fraction']:.2%} of cold)" if part["fleet_fraction"] is not None else ""
+        out(f"  {seconds:.0f}s{share}: " + ", ".join(f"{n} {status}" for status, n in statuses.items()))
+    except Interrupted:
+        raise
+    except (AscendImagesError, docker.errors.DockerException, OSError, subprocess.SubprocessError) as exc:
+        error = (str(exc) if not isinstance(exc, docker.errors.APIError) else exc.explanation or str(exc)).strip()
+        if isinstance(exc, docker.errors.DockerException):
+            error = f"the fleet engine {part['fleet_engine'] or ''}: {error}"
+        part["fleet_error"] = error.splitlines()[0] if error else type(exc).__name__
+        out(f"  fleet build failed: {error or type(exc).__name__}")
+    finally:
+        if engine is not None:
+            out("  stopping and removing the scratch engine")
+            engine.stop()
+        elif client is not None:
+            with contextlib.suppress(docker.errors.DockerException):
+                _clear_engine(client, setup, plan, before)
+    return part
+
+
+def fleet_verdict(report: dict[str, Any]) -> bool | None:
+    """None without a stage cache; met only when the second engine built nothing and took at most 10% of cold."""
+    if not report.get("stage_cache"):
+        return None
+    fraction, statuses = report.get("fleet_fraction"), report.get("fleet_statuses") or {}
+    if report.get("fleet_error") or fraction is None:
+        return False
+    limit = report["targets"].get("fleet_fraction_max", FLEET_FRACTION_MAX)
+    return statuses.get("built", 0) == 0 and fraction <= limit
+
+
+def fleet_row(report: dict[str, Any]) -> str:
+    if not report.get("stage_cache"):
+        return "not measured (needs --stage-cache)"
+    if report.get("fleet_error"):
+        return f"failed: {report['fleet_error']} (target <= 10% of cold, nothing built)"
+    statuses = report.get("fleet_statuses") or {}
+    counts = ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("pulled", "built", "reused"))
+    return f"{report['fleet_seconds']} s = {report['fleet_fraction']:.2%} of cold: {counts} " \
+           "(target <= 10%, nothing built)"
