@@ -37,22 +37,28 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { tail -20 "$log_dir/dockerd.log"; echo "dockerd did not start" >&2; exit 1; }
 fi
 
-# The tests run containers with `--runtime ascend`. A host with neither the Ascend Docker Runtime nor an NPU
-# gets the test double (tests/fixtures/ascend_runtime), which records what it is given and runs runc.
-if ! docker info --format '{{json .Runtimes}}' | grep -q '"ascend"' && [ ! -e /dev/davinci_manager ]; then
-  step "registering the test-double 'ascend' runtime"
-  install -D -m 0755 tests/fixtures/ascend_runtime/ascend-runtime /usr/local/libexec/ascend-images-test/ascend-runtime
+# The `ascend` runtime test double (tests/fixtures/ascend_runtime) is registered only on the test's own engine:
+# on this host's engine a fake would let `invoke run --mode runtime` pass its check. Earlier versions of this script
+# registered it here; take that back.
+if [ -f /etc/docker/daemon.json ] && grep -q 'ascend-images-test/ascend-runtime' /etc/docker/daemon.json; then
+  step "unregistering the test-double 'ascend' runtime an earlier setup registered"
   python3 - <<'PY'
 import json, pathlib
 path = pathlib.Path("/etc/docker/daemon.json")
-config = json.loads(path.read_text()) if path.exists() else {}
-config.setdefault("runtimes", {})["ascend"] = {"path": "/usr/local/libexec/ascend-images-test/ascend-runtime"}
-path.parent.mkdir(parents=True, exist_ok=True)
+config = json.loads(path.read_text())
+runtimes = config.get("runtimes", {})
+if "ascend-images-test/ascend-runtime" in runtimes.get("ascend", {}).get("path", ""):
+    del runtimes["ascend"]
+config["runtimes"] = runtimes  # kept even when empty: a reload replaces the runtimes only when the key is there
 path.write_text(json.dumps(config, indent=2) + "\n")
 PY
   kill -HUP "$(pidof dockerd)"  # dockerd reloads its runtimes on SIGHUP
-  for _ in $(seq 20); do docker info --format '{{json .Runtimes}}' | grep -q '"ascend"' && break; sleep 0.5; done
-  docker info --format '{{json .Runtimes}}' | grep -q '"ascend"' || { echo "the ascend runtime did not register" >&2; exit 1; }
+  for _ in $(seq 20); do docker info --format '{{json .Runtimes}}' | grep -q '"ascend"' || break; sleep 0.5; done
+  if docker info --format '{{json .Runtimes}}' | grep -q '"ascend"'; then
+    echo "dockerd still has the test-double 'ascend' runtime after a reload: restart dockerd" >&2
+    exit 1
+  fi
+  rm -f /usr/local/libexec/ascend-images-test/ascend-runtime
 fi
 
 step "pip install -e .[test,lint]"

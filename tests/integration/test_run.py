@@ -4,6 +4,7 @@ nodes and a driver version.info, checked from inside the container."""
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -84,19 +85,47 @@ def test_invoke_run_manual_mode_streams_and_returns_the_exit_code(a3_image, tmp_
         assert line in result.stdout, result.stdout  # 2 NPUs: the whole driver tree, hccn_tool included
 
 
-def test_invoke_run_runtime_mode_starts_through_the_ascend_runtime(docker_client, a3_image):
-    log = Path("/run/ascend-images-test-runtime.log")
-    if "ascend" not in docker_client.info().get("Runtimes", {}):
-        pytest.fail("the engine has no 'ascend' runtime: scripts/setup-host.sh registers the test double")
+@pytest.fixture
+def engine_with_the_runtime_double(docker_client, a3_image, tmp_path_factory):
+    """A second, empty engine of the test's own with the test-double `ascend` runtime registered (dockerd
+    `--add-runtime`), and the A3 image loaded. The host's engine never has the double: there, `invoke run --mode
+    runtime` must find the real Ascend Docker Runtime or say it is missing."""
+    import tempfile
+
+    from tests.fixtures.small_engine import SmallEngine
+
+    runtime = ROOT / "tests/fixtures/ascend_runtime/ascend-runtime"
+    engine = SmallEngine(Path(tempfile.mkdtemp(prefix="ai-runtime-")), size_mb=8192,
+                         extra_args=("--add-runtime", f"ascend={runtime}"))
+    try:
+        engine.start()
+        engine.load_from_host(a3_image)
+        yield engine
+    finally:
+        engine.stop()
+
+
+def test_invoke_run_runtime_mode_starts_through_the_ascend_runtime(engine_with_the_runtime_double, a3_image):
+    engine = engine_with_the_runtime_double
+    log = Path("/run/ascend-images-test-runtime.log")  # where the double records
     before = log.read_text() if log.exists() else ""
     show = "echo visible=$ASCEND_VISIBLE_DEVICES rt=$ASCEND_RT_VISIBLE_DEVICES"
+    env = {**os.environ, "DOCKER_HOST": engine.host}
     result = subprocess.run(invoke_run("--image", a3_image, "--devices", "0-1,3", "--mode", "runtime", "--",
                                        "sh", "-c", show),
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "visible=0,1,3 rt=0,1,2" in result.stdout
     recorded = log.read_text()[len(before):]
     assert "ASCEND_VISIBLE_DEVICES=0,1,3" in recorded, recorded  # what the runtime was handed
+
+
+def test_the_hosts_engine_has_no_test_double_runtime(docker_client):
+    """setup-host.sh registers no fake runtime: on the host's engine `--mode runtime` is refused unless the real
+    Ascend Docker Runtime is there."""
+    runtimes = docker_client.info().get("Runtimes", {})
+    registered = runtimes.get("ascend", {}).get("path", "")
+    assert "ascend-images-test" not in registered and "tests/fixtures" not in registered, runtimes
 
 
 def test_ctrl_c_stops_the_container(docker_client, a3_image, tmp_path):
