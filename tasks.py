@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images import commands as cli
 from ascend_images.errors import AscendImagesError
-from ascend_images.flags import env_flag
+from ascend_images.flags import env_flag, whole_number
 from ascend_images.lint import lint as lint_all
 from ascend_images.release import workflow
 
@@ -125,6 +125,14 @@ def _run(fn, *args, **kwargs):
         raise Exit(f"error: {where}{exc.strerror or exc}", code=2) from None
 
 
+def _number(flag: str, value: str | int, minimum: int) -> int:
+    """A number flag, or its one-line error."""
+    try:
+        return whole_number(flag, value, minimum)
+    except AscendImagesError as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+
+
 @task(help=SELECTION_HELP, iterable=SELECTION_ITERABLE)
 def matrix(c, matrix="matrix.yaml", device=None, backend=None, release=None, os=None, arch=None, python=None,
            profile=None, env=None, allocator=None):
@@ -175,7 +183,7 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
           artifacts_dir=None, torch_index_url=None, cache_dir=None, fetch=False, os_mirror=None,
           pip_index_url=None, pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None,
           ca_bundle=None, netrc=None, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir="build", force=False,
-          jobs=1, stage_cache=None, stage_cache_read_only=False):
+          jobs="1", stage_cache=None, stage_cache_read_only=False):
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     _run(cli.build_selection, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
@@ -184,7 +192,7 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
          print, work_dir=Path(work_dir), namespace=namespace, base_image=base_image, force=force, fetch=fetch,
-         jobs=int(jobs), stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
+         jobs=_number("--jobs", jobs, 1), stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
          stage_cache_read_only=stage_cache_read_only)
 
 
@@ -256,7 +264,7 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
             "print": "print instead of running: the equivalent docker run line and a compose service (--format)",
             "format": "with --print: docker, compose, k8s (comma-separated; default docker,compose); k8s: a Pod "
                       "asking the Ascend device plugin for the NPUs",
-            "replicas": "with --print --format k8s: a Deployment of N pods instead of a Pod"},
+            "replicas": "with --print --format k8s: a Deployment of N (a number) pods instead of a Pod"},
       iterable=[*SELECTION_ITERABLE, "volume", "publish"],
       # Docker's letters: -v volume, -p publish, -w workdir, -e env (the selection's --env: the container's
       # environment); -d stays the selection's --device, so --detach has none
@@ -264,7 +272,7 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
         allocator=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
         driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False,
-        volume=None, publish=None, detach=False, restart=None, workdir=None, format="docker,compose", replicas=0):
+        volume=None, publish=None, detach=False, restart=None, workdir=None, format="docker,compose", replicas="0"):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     from builtins import print as echo
 
@@ -273,7 +281,8 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
         profile=profile, env=env, allocator=allocator),
                 cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name,
                              volumes=list(volume or []), publish=list(publish or []), detach=detach,
-                             restart=restart, workdir=workdir, format=format, replicas=int(replicas)), echo,
+                             restart=restart, workdir=workdir, format=format,
+                             replicas=_number("--replicas", replicas, 0)), echo,
                 image=image, command=_command_after_dashes(c.remainder), print_only=print)
     if code:
         raise Exit(code=code)
@@ -281,7 +290,7 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, **TEST_INPUT_HELP, "json": "where to write the JSON report",
             "release": "default cann8.5.0-pt2.8.0: a release with both backends, so they share base, CANN and torch",
-            "runs": "start-up timing runs (median)",
+            "runs": "start-up timing runs, a number (median; default 7)",
             "quick": "derive each-variant-alone times from the cold build's stage times instead of rebuilding",
             "stage_cache": "REGISTRY/NAMESPACE: the cold build pushes its stages there and the fleet figure is "
                            "measured (a second, empty engine builds the selection pulling them); or set "
@@ -296,7 +305,7 @@ def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os
           allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
           pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
-          namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs=7, quick=False,
+          namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs="7", quick=False,
           stage_cache=None, stage_cache_read_only=False, fleet_engine=None):
     """Measure cold, fleet (with --stage-cache), shared, no-op and incremental builds, sizes, dive efficiency and
     start-up cost."""
@@ -306,7 +315,7 @@ def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
-         print, json_path=Path(json), work_dir=Path(work_dir), namespace=namespace, runs=int(runs),
+         print, json_path=Path(json), work_dir=Path(work_dir), namespace=namespace, runs=_number("--runs", runs, 1),
          measure_alone=not quick, stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
          stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine)
 
@@ -352,11 +361,11 @@ def published_refs(c, report=None):
             "package": "only this package (repeatable): torch-npu, torch, vllm, vllm-ascend, triton-ascend, sglang",
             "pre": "include pre-releases", "limit": "newest N releases per package (default 5)", "json": "print JSON"},
       iterable=["package"])
-def outdated(c, matrix="matrix.yaml", index_url="https://pypi.org/simple", package=None, pre=False, limit=5,
+def outdated(c, matrix="matrix.yaml", index_url="https://pypi.org/simple", package=None, pre=False, limit="5",
              json=False):
     """Newer releases of what the matrix pins: platforms, sdist, what they pin, and what blocks a build."""
     _run(cli.show_outdated, cli.Selection(matrix), print, index_url=index_url, packages=list(package or []),
-         pre=pre, limit=int(limit), as_json=json)
+         pre=pre, limit=_number("--limit", limit, 1), as_json=json)
 
 
 @task(name="npu-gate", help={"report": "a publish report of the build jobs (repeatable)",

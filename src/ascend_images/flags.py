@@ -56,6 +56,18 @@ def checked_path(flag: str, value: str, kind: PathKind) -> Path:
     return path
 
 
+def whole_number(flag: str, value: str | int, minimum: int, maximum: int = 10_000) -> int:
+    """A number flag's value (invoke hands strings: a default that is an int would make invoke's own parser convert
+    it, with a traceback for `abc`), checked before anything starts."""
+    text = str(value).strip()
+    if not text.isdecimal() or not text.isascii():
+        raise SelectionError(f"{flag} {shown(str(value))}: expected a whole number from {minimum} to {maximum}")
+    number = int(text)
+    if not minimum <= number <= maximum:
+        raise SelectionError(f"{flag} {number}: expected a whole number from {minimum} to {maximum}")
+    return number
+
+
 @dataclass
 class Selection:
     """The selection flags every task takes."""

@@ -92,3 +92,27 @@ def test_fetch_dest(dest, device):
 def test_publish_dry_run(registry, namespace):
     pytest.importorskip("docker")
     assert_clean(run("publish", "--dry-run", "--registry", registry, "--namespace", namespace, "--device", "a3")[1])
+
+
+NUMBER = st.one_of(st.sampled_from(["1", "2", "0", "-1", "abc", "1.5", "٣", "99999999999999999999", " 3"]), text)
+
+
+@SETTINGS
+@given(jobs=NUMBER, runs=NUMBER)
+def test_number_flags(jobs, runs):
+    # an unknown device stops either task right after its flags are checked, so nothing is built
+    assert assert_clean(run("build", "--jobs", jobs, "--device", "a9")[1])
+    assert assert_clean(run("bench", "--runs", runs, "--device", "a9")[1])
+
+
+@SETTINGS
+@given(devices=st.one_of(st.sampled_from(["0", "0-3,6", "3-1", "0,0", "x", ""]), text),
+       volume=st.one_of(st.sampled_from(["/tmp:/models:ro", "/nonexistent:/m", "relative:/m", "/tmp:rel", "/tmp"]),
+                        text),
+       publish=st.one_of(st.sampled_from(["8000:8000", "127.0.0.1:8000:8000/tcp", "70000:1", "a:b"]), text),
+       replicas=NUMBER, fmt=st.sampled_from(["docker", "compose", "k8s", "docker,compose", "helm"]))
+def test_run_print(devices, volume, publish, replicas, fmt):
+    out, err = run("run", "--print", "--format", fmt, "--image", "reg.example/ai/img:1", "--devices", devices,
+                   "-v", volume, "-p", publish, "--replicas", replicas)
+    if not assert_clean(err):
+        assert out.strip(), "run --print neither printed nor refused"

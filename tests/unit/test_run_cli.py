@@ -60,7 +60,7 @@ def test_run_speaks_dockers_short_flags():
     flags = options(invoke("--help", "run").stdout)
     for want in ("-v, --volume", "-p, --publish", "-w STRING, --workdir=STRING", "-e, --env", "--detach",
                  "--restart=STRING", "--devices=STRING", "--host-root=STRING", "--python=STRING",
-                 "--format=STRING", "--replicas=INT", "--driver-mounts=STRING"):
+                 "--format=STRING", "--replicas=STRING", "--driver-mounts=STRING"):
         assert want in flags, (want, flags)
     # the selection's letters the other tasks have stay: -d device, -s shm-size, -t print
     assert "-d STRING, --device=STRING" in flags and "-t, --print" in flags
