@@ -59,10 +59,13 @@ def test_the_tagged_twin_wins_over_a_newer_one(tmp_path):
     assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:old"
 
 
-def test_without_a_matching_tag_the_newest_twin_wins(tmp_path):
-    api = FakeApi([_image("sha256:old", "k1", 100), _image("sha256:new", "k1", 200), _image("sha256:x", "k2", 300)],
+def test_without_a_matching_tag_the_oldest_twin_wins(tmp_path):
+    """The oldest is the one children were built on before any forced twin existed; a twin made later (a bench's
+    cold build) must not orphan them for a build under another name."""
+    api = FakeApi([_image("sha256:new", "k1", 200), _image("sha256:old", "k1", 100), _image("sha256:x", "k2", 300)],
                   {TAG: "sha256:x"})  # the tag points to an image with another key
-    assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:new"
+    assert _builder(api, tmp_path)._find_by_key("k1", TAG) == "sha256:old"
+    assert _builder(api, tmp_path)._find_by_key("k1", "other/ns:tag") == "sha256:old"  # no tag at all
 
 
 @pytest.mark.parametrize("tags", [{}, {TAG: "sha256:x"}])

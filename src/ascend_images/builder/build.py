@@ -161,8 +161,11 @@ class Builder:
     def _find_by_key(self, key: str, tag: str) -> str | None:
         """An image built for the content key: the one the stage's tag points to if it is (so that forced
         rebuilds, e.g. by the benchmark, never switch a chain to a twin and change its children's keys), else
-        the newest. Only an image whose own build set the key counts: the layers of a child's build that
-        failed or was interrupted inherit its parent's labels, key included, and must never stand in for it."""
+        the oldest: a twin made later (a forced build, the benchmark's cold build) must not take the place of the
+        image whose children exist, or a build under another name finds the parent but none of its children (it
+        happened: after a bench run, the second-namespace build rebuilt A3's chain on the bench's base). Only an
+        image whose own build set the key counts: the layers of a child's build that failed or was interrupted
+        inherit its parent's labels, key included, and must never stand in for it."""
         try:
             tagged = self.client.api.inspect_image(tag)
             labels = tagged["Config"].get("Labels") or {}
@@ -176,7 +179,7 @@ class Builder:
         # the builder's label steps are layers of their own: only the top one of a build is the stage's image
         below = {image.get("ParentId") for image in own}
         own = [image for image in own if image["Id"] not in below]
-        return max(own, key=lambda image: image.get("Created", 0))["Id"] if own else None
+        return min(own, key=lambda image: (image.get("Created", 0), image["Id"]))["Id"] if own else None
 
     def _built_for(self, image_id: str, key: str) -> bool:
         """The builder adds its labels (key, created, revision) as the last steps of a build, one LABEL each: an image
