@@ -127,10 +127,7 @@ def _run(fn, *args, **kwargs):
 
 def _number(flag: str, value: str | int, minimum: int) -> int:
     """A number flag, or its one-line error."""
-    try:
-        return whole_number(flag, value, minimum)
-    except AscendImagesError as exc:
-        raise Exit(f"error: {exc}", code=2) from None
+    return _run(whole_number, flag, value, minimum)
 
 
 @task(help=SELECTION_HELP, iterable=SELECTION_ITERABLE)

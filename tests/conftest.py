@@ -315,6 +315,22 @@ def x86_matrix(tmp_path_factory) -> Path:
     return matrix_copy(tmp_path_factory.mktemp("matrix"), with_wheelhouse_release)
 
 
+def with_own_cann_stages(matrix: Path, directory: Path) -> Path:
+    """`directory`/matrix.yaml: `matrix` with a CANN download referer of its own, which is rendered into the
+    cann-install stage's RUN line: the caller's cann-install, cann and torch stages are its own, really built,
+    since a content key sees no namespace. The base stays shared."""
+    import uuid
+
+    import yaml
+
+    data = yaml.safe_load(matrix.read_text())
+    data["cann"]["download_referer"] += f"?test={uuid.uuid4().hex[:12]}"
+    directory.mkdir(parents=True)
+    own = directory / "matrix.yaml"
+    own.write_text(yaml.safe_dump(data, sort_keys=False))
+    return own
+
+
 def pip_find_links() -> list[Path]:
     """The local directories pip is configured to find wheels in (`pip config`, PIP_FIND_LINKS)."""
     import subprocess

@@ -17,7 +17,6 @@ from ascend_images.inputs.sources import (
     CannSource,
     Credential,
     Sources,
-    split_index_url,
     split_url,
 )
 from ascend_images.matrix.model import Matrix, Variant, control_character, load_matrix, parse_env_overrides, select
@@ -136,7 +135,7 @@ class SourceFlags:
         artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict,
                                    cache)
         # the Dockerfile names the index without its credentials (index_credentials carries those)
-        torch_index = None if self.torch_index_url is None else split_index_url("--torch-index-url",
+        torch_index = None if self.torch_index_url is None else split_url("--torch-index-url",
                                                                                 self.torch_index_url)[0]
         return Sources(cann, artifacts, torch_index)
 
@@ -144,7 +143,7 @@ class SourceFlags:
         """The credentials of the index URLs these flags name, for the build server's netrc."""
         if not self.torch_index_url:
             return ()
-        credential = split_index_url("--torch-index-url", self.torch_index_url)[1]
+        credential = split_url("--torch-index-url", self.torch_index_url)[1]
         return (credential,) if credential else ()
 
 
@@ -171,7 +170,7 @@ class InputFlags:
         if env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL"):
             extra += env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL").split()  # type: ignore[union-attr]
         for flag, url in (("--pip-index-url", index), *(("--pip-extra-index-url", u) for u in extra)):
-            split_index_url(flag, url)  # served in pip.conf by the build server, never rendered: only checked
+            split_url(flag, url)  # served in pip.conf by the build server, never rendered: only checked
         os_mirror, os_mirror_credential = split_url("--os-mirror", self.os_mirror or "", "OS package mirror")
         return BuildInputs(
             os_mirror=os_mirror,

@@ -7,7 +7,6 @@ has no openEuler image, and what matters is what os-install writes for dnf to re
 from __future__ import annotations
 
 import subprocess
-import urllib.parse
 import uuid
 
 import pytest
@@ -48,11 +47,6 @@ def mirror():
     served.stop()
 
 
-def mirror_url(mirror: PrivateMirror, path: str) -> str:
-    quoted = urllib.parse.quote(mirror.login, safe=""), urllib.parse.quote(mirror.password, safe="")
-    return f"http://{quoted[0]}:{quoted[1]}@127.0.0.1:{mirror.port}{path}"
-
-
 def run_os_install(os_image_amd64: str, server_url: str, script: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["docker", "run", "--rm", "--network", "host", "-e", f"ASCEND_BUILD_SERVER={server_url}",
@@ -61,7 +55,7 @@ def run_os_install(os_image_amd64: str, server_url: str, script: str) -> subproc
 
 
 def test_apt_installs_through_a_private_mirror_and_keeps_nothing(os_image_amd64, mirror):
-    inputs = InputFlags(os_mirror=mirror_url(mirror, "/debian")).inputs()
+    inputs = InputFlags(os_mirror=mirror.url("/debian")).inputs()
     assert mirror.password not in inputs.os_mirror  # what a Dockerfile or content key could see
     script = ("cp /etc/apt/sources.list /tmp/before; /usr/local/libexec/ascend-images/os-install apt less "
               "&& command -v less && cmp /etc/apt/sources.list /tmp/before && echo sources:stock "
@@ -86,7 +80,7 @@ def test_without_a_mirror_the_stock_sources_are_used(os_image_amd64):
 
 
 def test_dnf_gets_the_mirror_and_its_credentials_in_the_repo_files_then_the_stock_ones(os_image_amd64, mirror):
-    inputs = InputFlags(os_mirror=mirror_url(mirror, "/repos&mirrors/openeuler")).inputs()
+    inputs = InputFlags(os_mirror=mirror.url("/repos&mirrors/openeuler")).inputs()
     script = (f"mkdir -p /etc/yum.repos.d && cat > /etc/yum.repos.d/openEuler.repo <<'EOF'\n{OPENEULER_REPO}EOF\n"
               f"cat > /usr/local/bin/dnf <<'EOF'\n{FAKE_DNF}EOF\n"
               "chmod +x /usr/local/bin/dnf && cp /etc/yum.repos.d/openEuler.repo /tmp/before "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, ROOT, X86_RELEASE, remove_tags
+from tests.conftest import IN_CI, ROOT, X86_RELEASE, remove_tags, with_own_cann_stages
 from tests.fixtures.signals import default_sigint
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -48,13 +48,7 @@ def start(args: list[str], log) -> subprocess.Popen:
 
 @pytest.fixture
 def x86_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
-    import yaml
-
-    data = yaml.safe_load(x86_matrix.read_text())
-    data["cann"]["download_referer"] += f"?test={uuid.uuid4().hex[:12]}"  # this test's own CANN stages
-    matrix = tmp_path / "matrix" / "matrix.yaml"
-    matrix.parent.mkdir()
-    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    matrix = with_own_cann_stages(x86_matrix, tmp_path / "matrix")
     return {"matrix": matrix, "cann": fake_cann_both, "wheelhouse": wheelhouse, "ca": build_secrets["ca"],
             "work_dir": tmp_path / "work"}
 

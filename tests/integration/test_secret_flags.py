@@ -17,9 +17,16 @@ import tarfile
 import uuid
 
 import pytest
-import yaml
 
-from tests.conftest import HOST_CA, LEAK_MARKER_PREFIX, TORCH_WHEEL, X86_RELEASE, remove_tags, torch_cpu_wheel
+from tests.conftest import (
+    HOST_CA,
+    LEAK_MARKER_PREFIX,
+    TORCH_WHEEL,
+    X86_RELEASE,
+    remove_tags,
+    torch_cpu_wheel,
+    with_own_cann_stages,
+)
 from tests.fixtures.private_mirror import PrivateMirror
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -79,14 +86,7 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
     secrets.mkdir()
     (secrets / "netrc").write_text(f"machine private.example login ci password {markers['netrc']}\n")
     (secrets / "ca.pem").write_text(f"# {markers['ca-bundle']}\n{HOST_CA.read_text() if HOST_CA.exists() else ''}")
-    data = yaml.safe_load(x86_matrix.read_text())
-    data["cann"]["download_referer"] += f"?test={uuid.uuid4().hex[:12]}"
-    matrix = tmp_path / "matrix" / "matrix.yaml"
-    matrix.parent.mkdir()
-    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
-    for entry in x86_matrix.parent.iterdir():  # its locks and checksums
-        if entry.name != "matrix.yaml":
-            (matrix.parent / entry.name).symlink_to(entry)
+    matrix = with_own_cann_stages(x86_matrix, tmp_path / "matrix")
     build_dir = tmp_path / "work"
 
     sel = cli.Selection(matrix=str(matrix), device="a2", backend="none", release=X86_RELEASE, arch="x86_64",

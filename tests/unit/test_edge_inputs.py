@@ -11,7 +11,7 @@ import pytest
 
 from ascend_images.builder.buildserver import BuildServer
 from ascend_images.flags import InputFlags
-from ascend_images.inputs.sources import BuildInputs, split_index_url
+from ascend_images.inputs.sources import BuildInputs, split_url
 from tests.conftest import ROOT
 
 MARKER = "s3cret-marker-26"
@@ -76,7 +76,7 @@ def test_a_credential_in_the_torch_index_reaches_no_rendered_file(tmp_path):
 
 
 def test_index_credentials_go_to_the_build_servers_netrc():
-    public, credential = split_index_url("--torch-index-url", f"https://user:{MARKER}@mirror.example:8443/simple")
+    public, credential = split_url("--torch-index-url", f"https://user:{MARKER}@mirror.example:8443/simple")
     assert public == "https://mirror.example:8443/simple"
     inputs = BuildInputs(index_credentials=(credential,))
     assert inputs.has_credentials

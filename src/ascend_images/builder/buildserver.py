@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import http.server
 import secrets
+import sys
 import threading
 import urllib.parse
 from pathlib import Path
@@ -93,8 +94,6 @@ class _Server(http.server.ThreadingHTTPServer):
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that went away (a RUN stopped mid-download, a Ctrl-C) is no error of the build's: socketserver
         would print a traceback into the build's output."""
-        import sys
-
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)

@@ -33,7 +33,11 @@ class OsImageSpec:
     mirror: str  # what debootstrap fetches from: --mirror, credentials and all, or the matrix's
     variant: str | None = None  # the platform variant (arm64: v8)
     stock_mirror: str = ""  # the matrix's: the image's sources name it, whichever mirror made it
-    public_mirror: str = ""  # `mirror` without credentials: what the image's history and messages show
+
+    @property
+    def public_mirror(self) -> str:
+        """`mirror` without credentials: what the image's history and messages show."""
+        return split_url("--mirror", self.mirror, "Debian mirror")[0]
 
     @property
     def tag(self) -> str:
@@ -56,10 +60,11 @@ def os_image_spec(matrix: Matrix, os_name: str, arch: str, mirror: str | None = 
     if arch not in matrix.spec.arches:
         raise AscendImagesError(f"unknown arch {arch!r}; valid: {', '.join(matrix.spec.arches)}")
     arch_spec = matrix.spec.arches[arch]
+    if mirror:
+        split_url("--mirror", mirror, "Debian mirror")  # a bad one is refused here, before debootstrap
     stock = spec.debootstrap.mirror
-    public = split_url("--mirror", mirror, "Debian mirror")[0] if mirror else stock
     return OsImageSpec(os_name, arch, arch_spec.debian_arch, spec.debootstrap.suite, mirror or stock,
-                       arch_spec.docker_variant, stock, public)
+                       arch_spec.docker_variant, stock)
 
 
 def _sha256(path: Path) -> str:
@@ -84,7 +89,7 @@ def image_tarball(rootfs: Path, spec: OsImageSpec, workdir: Path) -> Path:
                    "Cmd": ["/bin/bash"]},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created_by": f"debootstrap --variant=minbase --arch={spec.docker_arch} "
-                                   f"{spec.suite} {spec.public_mirror or spec.mirror}"}],
+                                   f"{spec.suite} {spec.public_mirror}"}],
     }
     if spec.variant:
         config["variant"] = spec.variant

@@ -184,10 +184,6 @@ def split_url(flag: str, url: str, what: str = "index") -> tuple[str, Credential
     return public, (parts.hostname, login, password)
 
 
-def split_index_url(flag: str, url: str) -> tuple[str, Credential | None]:
-    return split_url(flag, url, "index")
-
-
 def _redacted(parts: urllib.parse.SplitResult) -> str:
     host = parts.hostname or ""
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", "")) if host else "(the URL)"
