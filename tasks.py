@@ -193,16 +193,19 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
          stage_cache_read_only=stage_cache_read_only)
 
 
-@task(help={**SELECTION_HELP, **SOURCE_HELP, "dest": "cache directory (default ~/.cache/ascend-images/downloads)"},
+@task(help={**SELECTION_HELP, **SOURCE_HELP, "dest": "cache directory (default ~/.cache/ascend-images/downloads)",
+            "record": "pin every download PyPI does not carry that pins.yaml lacks, there (review the diff, commit)"},
       iterable=SELECTION_ITERABLE)
 def fetch(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
           allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
-          artifacts_dir=None, torch_index_url=None, dest=None):
-    """Download every file the selection needs (CANN, kernel zips, BiSheng Python, sdists) into the cache."""
+          artifacts_dir=None, torch_index_url=None, dest=None, record=False):
+    """Download every file the selection needs (CANN, kernel zips, tag archives, vendor wheels, BiSheng Python,
+    sdists) into the cache, verified against pins.yaml; what it lacks is trusted on first use on this host."""
     _run(cli.fetch_selection, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
         profile=profile, env=env, allocator=allocator),
-         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, dest), print)
+         cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, dest), print,
+         record=record)
 
 
 @task(name="os-image", help={"os": "debian12", "arch": "x86_64 or aarch64 (foreign arches need qemu-user-static)",

@@ -74,19 +74,21 @@ TEST_NAMESPACE = "ascend-images-test"
 CI_SELECTIONS = [
     {"device": "a2,a3", "backend": "none", "release": "cann8.5.0-pt2.8.0"},
     {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
-    # A3's training base on the CANN 9 line: the 9.x env (ATB_CXX_ABI, toolkit home first) and torch 2.10.0
-    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"},
-    # both backends end to end from their locks, each on its default release: SGLang 0.5.10 (sdist,
-    # pyproject_npu.toml) + the fake sgl-kernel-npu 2026.02.01 release zip; vllm 0.18.0 (sdist,
-    # VLLM_TARGET_DEVICE=empty) + vllm-ascend 0.18.0 on CANN 8.5.1 and torch 2.9.0, with its lock's override
-    {"device": "a3", "backend": "sglang", "release": "cann8.5.0-pt2.8.0"},
-    {"device": "a3", "backend": "vllm", "release": "cann8.5.1-vllm0.18.0"},
+    # the CANN 9.1.0 line, the default of both devices' none and vllm: the 9.x env (ATB_CXX_ABI, toolkit home first)
+    # and torch 2.10.0; A3 also builds vLLM-Ascend 0.23.0 on it (vLLM's sdist with VLLM_TARGET_DEVICE=empty, and
+    # triton-ascend 3.2.2 --no-deps from the fake vendor wheel)
+    {"device": "a2,a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"},
+    {"device": "a3", "backend": "vllm", "release": "cann9.1.0-pt2.10.0"},
+    # SGLang's current NPU line from its tag archive (the double: PyPI's wheel's code) and the committed dependency
+    # list's lock, with the fake sgl-kernel-npu 2026.7.27 zip and triton-ascend 3.2.1.dev20260530
+    {"device": "a3", "backend": "sglang", "release": "cann9.0.0-sglang0.5.17"},
     # thin overlays on the A3 torch image: a profile; an --env value given at build time with an allocator
     # the backend does not preload by default (one image for both, to keep CI's image count down)
     {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "profile": "debug"},
     {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "env": ["OMP_NUM_THREADS=8"],
      "allocator": "tcmalloc"},
 ]
+SGLANG_TAG = "0.5.17"  # the tag archive CI's SGLang image is built from (fake_sglang_tag)
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -160,11 +162,16 @@ def fake_cann_dir(work_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def fake_artifacts_dir(work_dir: Path) -> Path:
-    """The fake sgl-kernel-npu release zips (test doubles), served like an --artifacts-dir."""
+    """The test doubles of every download PyPI does not carry but CANN, served like an --artifacts-dir: the
+    sgl-kernel-npu release zips, the triton-ascend wheels, and SGLang's tag archive with PyPI's wheel's code."""
     from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
+    from tests.fixtures.fake_sglang_tag.make_archive import wheel_sources, write_archive
+    from tests.fixtures.fake_triton_ascend.make_wheel import write_wheels
 
     out = work_dir / "fake-artifacts"
     write_zips(out, arches=[TEST_ARCH])
+    write_wheels(out, arches=[TEST_ARCH])
+    write_archive(out, SGLANG_TAG, wheel_sources(SGLANG_TAG, work_dir / "pypi"))
     return out
 
 

@@ -150,7 +150,7 @@ def base_images(variants: Iterable[Variant], explicit: str | None,
 
 
 # --- invoke build / os-image -----------------------------------------------------------------------
-def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None) -> list:
+def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None, record: bool = False) -> list:
     """`invoke fetch`: every download the selection needs, into the cache (CANN too, unless it comes from
     --cann-dir or an image)."""
     from ascend_images.inputs.cache import fetch_all, wanted_for
@@ -165,7 +165,7 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
     cache = flags.cache()
     out(f"fetch: {len(wanted)} file(s) for {len(variants)} variant(s) into {cache}")
     given = parse_checksums(Path(flags.checksums)) if flags.checksums else {}
-    results = fetch_all(matrix, wanted, cache, out, checksums=given, stream=stream)
+    results = fetch_all(matrix, wanted, cache, out, checksums=given, stream=stream, record=record)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1

@@ -10,7 +10,8 @@ from typing import Literal
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.cache import default_cache
-from ascend_images.inputs.checksums import parse_checksums, recorded_checksums
+from ascend_images.inputs.checksums import parse_checksums
+from ascend_images.inputs.pins import Pin, pinned_sha256, pins_path, read_pins, trust_record_path
 from ascend_images.inputs.sources import (
     ArtifactSource,
     BuildInputs,
@@ -118,11 +119,15 @@ class SourceFlags:
         self.check_paths()
         return Path(self.cache_dir) if self.cache_dir else default_cache()
 
+    def known_pins(self, matrix: Matrix) -> dict[str, Pin]:
+        """pins.yaml beside matrix.yaml, over what this host's cache trusted on first use."""
+        return {**read_pins(trust_record_path(self.cache())), **read_pins(pins_path(matrix))}
+
     def known_checksums(self, matrix: Matrix) -> dict[str, str]:
-        """Recorded on first use beside matrix.yaml, overridden by --checksums."""
+        """The pins' sha256, overridden by --checksums."""
         self.check_paths()
         given = parse_checksums(Path(self.checksums)) if self.checksums else {}
-        return {**recorded_checksums(matrix), **given}
+        return {**pinned_sha256(self.known_pins(matrix)), **given}
 
     def sources(self, matrix: Matrix, *, strict: bool = True) -> Sources:
         kind = self.cann_kind or matrix.spec.defaults.cann_source
@@ -133,7 +138,7 @@ class SourceFlags:
         cann = CannSource(kind, Path(self.cann_dir) if self.cann_dir else None, checksums, self.cann_image,
                           strict=strict, cache=cache)  # type: ignore[arg-type]
         artifacts = ArtifactSource(Path(self.artifacts_dir) if self.artifacts_dir else None, checksums, strict,
-                                   cache)
+                                   cache, self.known_pins(matrix))
         # the Dockerfile names the index without its credentials (index_credentials carries those)
         torch_index = None if self.torch_index_url is None else split_url("--torch-index-url",
                                                                                 self.torch_index_url)[0]

@@ -14,8 +14,8 @@ from ascend_images import commands as cli
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted
 from ascend_images.inputs.cache import fetch_all
-from ascend_images.inputs.checksums import CHECKSUMS_FILE
 from ascend_images.inputs.download import PARTIAL_DIR, DownloadError, Policy
+from ascend_images.inputs.pins import PINS_FILE, TRUST_RECORD
 from ascend_images.matrix.model import load_matrix
 from tests.conftest import ROOT
 from tests.fixtures.httpserver import Server
@@ -34,7 +34,7 @@ def server():
 
 @pytest.fixture
 def matrix_copy(tmp_path):
-    """The real matrix in a directory of its own, so the checksums file beside it is the test's."""
+    """The real matrix in a directory of its own, so the pin file beside it is the test's."""
     return load_matrix(copy_matrix(tmp_path))
 
 
@@ -101,23 +101,65 @@ def test_trust_on_first_use_records_then_refuses_a_changed_file(server, matrix_c
     lines: list[str] = []
     (result,) = fetch_all(matrix_copy, [w], cache, lines.append, policy=FAST, stream=io.StringIO())
     assert result.status == "trusted-on-first-use"
-    record = (tmp_path / CHECKSUMS_FILE).read_text()
-    assert f"{sha(first)}  sgl-kernel-npu-x.zip" in record and w.url in record
-    assert any(line.startswith("TRUST ON FIRST USE") for line in lines)
+    # recorded in this host's trust record, in the cache, not in the committed pin file beside the matrix
+    record = yaml.safe_load((cache / TRUST_RECORD).read_text())
+    assert record == {"pins": {"sgl-kernel-npu-x.zip": {"url": w.url, "size": len(first), "sha256": sha(first)}}}
+    assert yaml.safe_load((tmp_path / PINS_FILE).read_text()) == {"pins": {}}  # the committed file: no pin yet
+    said = "\n".join(lines)
+    assert "TRUST ON FIRST USE" in said and "invoke fetch --record" in said
+    # the entry to add to pins.yaml, printed as it would stand there
+    assert f"  sgl-kernel-npu-x.zip:\n    sha256: {sha(first)}\n    size: {len(first)}\n    url: {w.url}" in said
     # fetched again: the cached copy matches the record
     (again,) = fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
     assert again.status == "cached"
-    # upstream changes the file; a fresh cache downloads it and refuses it
+    # upstream changes the file; this host's cache downloads it again (the copy deleted) and refuses it
     server.files["/sgl-kernel-npu-x.zip"] = b"release zip, silently replaced"
+    (cache / "sgl-kernel-npu-x.zip").unlink()
     with pytest.raises(DownloadError) as caught:
-        fetch_all(matrix_copy, [w], tmp_path / "cache2", print, policy=FAST, stream=io.StringIO())
+        fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
     message = str(caught.value)
     assert sha(first) in message and sha(b"release zip, silently replaced") in message and "refused" in message
-    assert not (tmp_path / "cache2" / "sgl-kernel-npu-x.zip").exists()
+    assert not (cache / "sgl-kernel-npu-x.zip").exists()
     # and a tampered cached copy is refused too
     (cache / "sgl-kernel-npu-x.zip").write_bytes(b"tampered")
     with pytest.raises(SelectionError, match=sha(first)):
         fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+
+
+def test_a_committed_pin_is_enforced_and_nothing_is_cached(server, matrix_copy, tmp_path):
+    """pins.yaml beside the matrix pins a file upstream publishes no sha256 for: a download that differs is refused
+    with one line naming the file and both hashes, and leaves nothing in the cache, on any host."""
+    good, bad = b"toolkit as pinned", b"toolkit as served today"
+    (tmp_path / PINS_FILE).write_text(f"pins:\n  toolkit.run:\n    url: https://example.invalid/toolkit.run\n"
+                                      f"    size: {len(good)}\n    sha256: {sha(good)}\n")
+    w = wanted(server, "toolkit.run", bad)
+    cache = tmp_path / "cache"
+    with pytest.raises(DownloadError) as caught:
+        fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+    message = str(caught.value)
+    assert "toolkit.run" in message and sha(good) in message and sha(bad) in message and "pinned in" in message
+    assert not (cache / "toolkit.run").exists() and not (cache / TRUST_RECORD).exists()
+    server.files["/toolkit.run"] = good
+    (result,) = fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+    assert result.status == "downloaded" and not (cache / TRUST_RECORD).exists()  # pinned: nothing to trust
+
+
+def test_record_writes_the_pin_file_and_keeps_pypi_files_out(server, matrix_copy, tmp_path):
+    zip_bytes, sdist_bytes = b"kernel zip bytes", b"an sdist PyPI carries"
+    kernel = wanted(server, "kernel.zip", zip_bytes)
+    sdist = Wanted("sdist", "pkg-1.0.tar.gz", server.url("/pkg-1.0.tar.gz"), "artifacts", sha(sdist_bytes),
+                   on_pypi=True)
+    server.files["/pkg-1.0.tar.gz"] = sdist_bytes
+    lines: list[str] = []
+    results = fetch_all(matrix_copy, [kernel, sdist], tmp_path / "cache", lines.append, policy=FAST,
+                        stream=io.StringIO(), record=True)
+    assert [r.status for r in results] == ["recorded", "downloaded"]
+    pins = yaml.safe_load((tmp_path / PINS_FILE).read_text())["pins"]
+    assert pins == {"kernel.zip": {"url": kernel.url, "size": len(zip_bytes), "sha256": sha(zip_bytes)}}
+    assert (tmp_path / PINS_FILE).read_text().startswith("# Downloads PyPI does not carry")
+    # recording again adds nothing; a pin file that pins the name to other bytes is refused, not overwritten
+    fetch_all(matrix_copy, [kernel], tmp_path / "cache", print, policy=FAST, stream=io.StringIO(), record=True)
+    assert yaml.safe_load((tmp_path / PINS_FILE).read_text())["pins"] == pins
 
 
 def test_progress_is_plain_lines_when_not_a_terminal(server, matrix_copy, tmp_path):
@@ -150,9 +192,13 @@ def test_fetch_task_for_a_selection_then_build_resolves_from_the_cache(server, t
     packages = flags.sources(matrix).cann.packages(variant)
     assert [p.url for p in packages] == [f"${{ASCEND_BUILD_SERVER}}/cann/{f}" for f in variant.package_files().values()]
     assert [p.sha256 for p in packages] == [sha(f"fake {f}".encode()) for f in variant.package_files().values()]
-    # without the cache, the recorded checksums still pin the upstream download
-    upstream = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "empty")).sources(matrix)
-    assert [p.sha256 for p in upstream.cann.packages(variant)] == [p.sha256 for p in packages]
+    # another cache (another host) trusts nothing yet: its build stops and says to fetch
+    elsewhere = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "empty"))
+    with pytest.raises(SelectionError, match="no pin for Ascend-cann-toolkit_8.5.0"):
+        elsewhere.sources(matrix).cann.packages(variant)
+    # recorded into pins.yaml, the pins serve every host: the upstream download is pinned without any cache
+    cli.fetch_selection(sel, flags, lines.append, stream=io.StringIO(), record=True)
+    assert [p.sha256 for p in elsewhere.sources(matrix).cann.packages(variant)] == [p.sha256 for p in packages]
 
 
 def test_build_without_checksums_or_cache_says_to_fetch(tmp_path):
@@ -160,7 +206,7 @@ def test_build_without_checksums_or_cache_says_to_fetch(tmp_path):
     matrix = load_matrix(path)
     (variant,) = cli.Selection(matrix=str(path), device="a3", backend="none", arch="aarch64").variants(matrix)
     sources = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "nothing")).sources(matrix)
-    missing = r"no sha256 for Ascend-cann-toolkit_9\.1\.0_linux-aarch64\.run.*invoke fetch"  # A3 none: CANN 9.1.0
+    missing = r"no pin for Ascend-cann-toolkit_9\.1\.0_linux-aarch64\.run in pins\.yaml.*invoke fetch"  # A3 none
     with pytest.raises(SelectionError, match=missing):
         sources.cann.packages(variant)
 

@@ -9,9 +9,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ascend_images.inputs.lockfile import LockError, check_lock, load_lock, lock_spec, lock_specs, locks_dir, parse_lock
-from ascend_images.inputs.lockgen import sdist_build_requirements, source_requirements, write_lock
+from ascend_images.inputs.lockgen import sdist_build_requirements, tree_requirements, without_held, write_lock
 from ascend_images.inputs.pypi import IndexFile, has_wheel
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import all_variants, load_matrix
@@ -231,9 +232,9 @@ def test_vllm_requirements_are_common_txt_and_build_system_without_torch(tmp_pat
             "regex # fast\n# comment\nnumpy\n-r other.txt\nllguidance >= 1.3; platform_machine == 'aarch64'\n"
         ),
     })
-    runtime, build = source_requirements(SourcePackage("vllm", "9.9.9"), sdist)
+    runtime, build = tree_requirements(SourcePackage("vllm", "9.9.9"), sdist)
     assert runtime == ["regex", "numpy", "llguidance >= 1.3; platform_machine == 'aarch64'"]
-    assert build == ["cmake>=3.26", "setuptools-scm>=8"]
+    assert without_held(build) == ["cmake>=3.26", "setuptools-scm>=8"]
 
 
 def test_sglang_requirements_expand_self_referencing_extras(tmp_path):
@@ -246,11 +247,11 @@ def test_sglang_requirements_expand_self_referencing_extras(tmp_path):
             'tracing = ["opentelemetry-api"]\nsrt_npu = ["sglang[runtime_common]"]\n'
         ),
     })
-    runtime, build = source_requirements(SourcePackage("sglang", "0.5.8", "pyproject_other.toml"), sdist)
+    runtime, build = tree_requirements(SourcePackage("sglang", "0.5.8", "pyproject_other.toml"), sdist)
     assert runtime == ["aiohttp", "fastapi", "opentelemetry-api"]
     assert build == ["setuptools>=61"]
     with pytest.raises(LockError, match="has no pyproject_npu.toml"):
-        source_requirements(SourcePackage("sglang", "0.5.8", "pyproject_npu.toml"), sdist)
+        tree_requirements(SourcePackage("sglang", "0.5.8", "pyproject_npu.toml"), sdist)
 
 
 def test_sdist_without_pyproject_gets_setuptools_defaults(tmp_path):
@@ -269,3 +270,49 @@ def test_sdist_without_pyproject_gets_setuptools_defaults(tmp_path):
 def test_has_wheel_reads_wheel_tags(file, arch, expected):
     files = [IndexFile(file, f"https://example/{file}", "0" * 64)]
     assert has_wheel(files, "vllm-ascend", "0.13.0", arch, "cp311") is expected
+
+
+# --- the committed dependency list of a tree PyPI does not carry (SGLang 0.5.17's pyproject_npu.toml) ----------------
+def _listed(tmp_path, **changes):
+    from ascend_images.inputs.lockfile import read_listed_requirements
+
+    doc = {"project": "sglang", "version": "0.5.17",
+           "upstream": {"repository": "sgl-project/sglang", "path": "python/pyproject_npu.toml", "commit": "abc123"},
+           "dependencies": ["aiohttp", "transformers==5.12.1"], "srt_npu": ["xgrammar==0.2.1"],
+           "build-system-requires": ["setuptools>=61.0", "torch==2.10.0"], **changes}
+    (tmp_path / "list.yaml").write_text(yaml.safe_dump(doc))
+    return read_listed_requirements(tmp_path, "list.yaml", "0.5.17")
+
+
+def test_a_committed_list_reads_dependencies_and_the_npu_extra(tmp_path):
+    listed = _listed(tmp_path)
+    assert listed.runtime == ("aiohttp", "transformers==5.12.1", "xgrammar==0.2.1")
+    assert listed.build == ("setuptools>=61.0", "torch==2.10.0")
+    assert listed.upstream == "sgl-project/sglang python/pyproject_npu.toml at abc123"
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"version": "0.5.18"}, "lists version 0.5.18, the release pins 0.5.17"),
+    ({"dependencies": ["aiohttp>="]}, "is not a requirement"),
+    ({"upstream": {"repository": "sgl-project/sglang"}}, "upstream must name repository, path and commit"),
+    ({"extra": 1}, "expected exactly the keys"),
+])
+def test_a_malformed_committed_list_is_refused(tmp_path, changes, says):
+    with pytest.raises(LockError, match=says):
+        _listed(tmp_path, **changes)
+
+
+def test_the_committed_list_is_checked_against_the_tree_and_the_first_difference_named(tmp_path):
+    from ascend_images.inputs.lockfile import SourcePackage
+    from ascend_images.inputs.lockgen import first_difference
+
+    source = SourcePackage("sglang", "0.5.17", "pyproject_npu.toml", listed=_listed(tmp_path))
+    same = (["aiohttp", "transformers == 5.12.1", "xgrammar==0.2.1"], ["setuptools>=61.0", "torch==2.10.0"])
+    assert first_difference(source, same, "sglang-v0.5.17.tar.gz") is None  # spelling aside, the same requirements
+    changed = (["aiohttp", "transformers==5.12.2", "xgrammar==0.2.1"], same[1])
+    assert first_difference(source, changed, "sglang-v0.5.17.tar.gz") == (
+        "transformers (runtime): list.yaml has 'transformers==5.12.1', pyproject_npu.toml in sglang-v0.5.17.tar.gz "
+        "has 'transformers==5.12.2'")
+    added = (same[0], [*same[1], "wheel"])
+    assert first_difference(source, added, "a.tar.gz") == (
+        "wheel (build): list.yaml has 'nothing', pyproject_npu.toml in a.tar.gz has 'wheel'")

@@ -81,9 +81,9 @@ def test_a_chosen_setting_gets_its_own_list_and_no_alias(matrix, choice):
     (group,) = group_variants([v], "ascend-images", Target("reg", "ns"))
     assert group.alias is None
     suffix = {"profile": "-debug", "allocator": "-tcmalloc", "env": "-env"}[next(iter(choice))]
-    assert group.list_tag.startswith(f"0.18.0-cann8.5.1-a3-debian12-py3.11{suffix}"), group.list_tag
+    assert group.list_tag.startswith(f"0.23.0-cann9.1.0-a3-debian12-py3.11{suffix}"), group.list_tag
     assert group.images["arm64"].tag.endswith("-arm64" + group.list_tag.removeprefix(
-        "0.18.0-cann8.5.1-a3-debian12-py3.11")), group.images["arm64"].tag
+        "0.23.0-cann9.1.0-a3-debian12-py3.11")), group.images["arm64"].tag
 
 
 def test_manifest_list_references_children_by_digest():

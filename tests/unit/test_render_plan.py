@@ -138,13 +138,13 @@ def test_image_source_needs_an_official_os(matrix):
 
 def test_url_source_demands_checksums(matrix):
     (v,) = select(matrix, device="a3", release="cann8.5.0-pt2.8.0")
-    with pytest.raises(SelectionError, match="no sha256 for Ascend-cann-toolkit_8.5.0_linux-aarch64.run"):
+    with pytest.raises(SelectionError, match="no pin for Ascend-cann-toolkit_8.5.0_linux-aarch64.run in pins.yaml"):
         CannSource("url").packages(v)
 
 
 def test_local_source_lists_what_is_missing(matrix, tmp_path):
     cann = fake_cann_dir(tmp_path, ["Ascend-cann-toolkit_8.5.0_linux-aarch64.run"])
-    (v,) = select(matrix, device="a2")
+    (v,) = select(matrix, device="a2", release="cann8.5.0-pt2.8.0")
     with pytest.raises(SelectionError) as err:
         CannSource("local", cann).packages(v)
     assert "Ascend-cann-910b-ops_8.5.0_linux-aarch64.run" in str(err.value)
@@ -178,7 +178,7 @@ def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
     from ascend_images.matrix.model import load_matrix
 
     matrix = load_matrix(ROOT / "matrix.yaml")
-    sources = Sources(CannSource("url", strict=False))
+    sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
     renders = {}
     for name, extra in {"default": {}, "debug": {"profile": "debug"}, "env": {"env": {"OMP_NUM_THREADS": "8"}}}.items():
         (variant,) = select(matrix, device="a3", backend="vllm", arch="aarch64", **extra)
@@ -205,4 +205,4 @@ def test_image_tag_needs_no_plan_and_is_the_plans_top(matrix):
     assert [plan.top(v).tag for v in variants] == [image_tag(v, "ns") for v in variants]
     # written out by hand: the tag scheme README documents
     (v,) = select(matrix, device="a3", backend="vllm", allocator="none")
-    assert image_tag(v, "ns") == "ns/vllm-ascend:0.18.0-cann8.5.1-a3-debian12-py3.11-arm64-nopreload"
+    assert image_tag(v, "ns") == "ns/vllm-ascend:0.23.0-cann9.1.0-a3-debian12-py3.11-arm64-nopreload"

@@ -4,6 +4,8 @@ built from them must carry the test-double label."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import os
 import platform
 import shutil
@@ -26,6 +28,8 @@ from tests.fixtures.cann_stubs.stub_source import (
 )
 from tests.fixtures.fake_cann.make_packages import MARKER_FILE, load_facts, write_packages
 from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
+from tests.fixtures.fake_sglang_tag.make_archive import write_archive
+from tests.fixtures.fake_triton_ascend.make_wheel import write_wheels
 from tests.image.test_cann_golden import golden_env
 
 HOST_ARCH = platform.machine()
@@ -138,17 +142,35 @@ def test_fake_kernel_zip_has_the_release_name_and_three_wheels(tmp_path):
 
 def test_images_built_from_doubles_carry_the_label(tmp_path):
     """Every stage from CANN down names the doubles below it; the base (no CANN) does not."""
-    write_packages(tmp_path / "cann", cann=["8.5.0"], chips=["a3"], arches=["aarch64"])
+    write_packages(tmp_path / "cann", cann=["9.0.0"], chips=["a3"], arches=["aarch64"])
     write_zips(tmp_path / "artifacts", arches=["aarch64"])
+    write_wheels(tmp_path / "artifacts", arches=["aarch64"])
+    write_archive(tmp_path / "artifacts", "0.5.17")
     sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="sglang", arch="aarch64")
-    flags = cli.SourceFlags(cann_dir=str(tmp_path / "cann"), artifacts_dir=str(tmp_path / "artifacts"))
+    flags = cli.SourceFlags(cann_dir=str(tmp_path / "cann"), artifacts_dir=str(tmp_path / "artifacts"),
+                            cache_dir=str(tmp_path / "cache"))
     matrix = sel.load()
     sources = flags.sources(matrix)
     plan = make_plan(sel.variants(matrix), PlanOptions(sources.cann, "ascend-images-test"))
-    labels = {s.kind: Renderer().context(s, sources, captured={"A": "1"})[0]["labels"].get(TEST_DOUBLE_LABEL)
-              for s in plan.stages}
+    contexts = {s.kind: Renderer().context(s, sources, captured={"A": "1"})[0]["labels"] for s in plan.stages}
+    labels = {kind: own.get(TEST_DOUBLE_LABEL) for kind, own in contexts.items()}
     assert labels == {"base": None, "cann-install": "cann", "cann": "cann", "torch": "cann",
-                      "sglang": "cann,sgl-kernel-npu"}
+                      "sglang": "cann,sgl-kernel-npu,off-pypi-wheels"}
+    # what each stage installed from downloads PyPI does not carry, by sha256 of the files on disk (publish checks
+    # these against pins.yaml): CANN's three packages on cann-install; the zip, wheel and tag archive on sglang
+    def on_disk(directory: str, *names: str) -> dict[str, str]:
+        return {n: hashlib.sha256((tmp_path / directory / n).read_bytes()).hexdigest() for n in names}
+
+    downloads = {kind: json.loads(own[f"io.ascend-images.downloads.{kind}"]) for kind, own in contexts.items()
+                 if f"io.ascend-images.downloads.{kind}" in own}
+    assert downloads == {
+        "cann-install": on_disk("cann", "Ascend-cann-toolkit_9.0.0_linux-aarch64.run",
+                                "Ascend-cann-A3-ops_9.0.0_linux-aarch64.run",
+                                "Ascend-cann-nnal_9.0.0_linux-aarch64.run"),
+        "sglang": on_disk("artifacts", "sgl-kernel-npu-2026.7.27-torch2.10.0-py311-cann9.0.0-a3-aarch64.zip",
+                          "triton_ascend-3.2.1.dev20260530-cp311-cp311-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl",
+                          "sglang-v0.5.17.tar.gz"),
+    }
     # the same packages without the marker file: a real CANN directory, no label
     (tmp_path / "cann" / MARKER_FILE).unlink()
     real = cli.SourceFlags(cann_dir=str(tmp_path / "cann")).sources(matrix)
@@ -159,7 +181,7 @@ def test_images_built_from_doubles_carry_the_label(tmp_path):
 def test_building_doubles_under_the_default_namespace_is_refused(tmp_path):
     from ascend_images.errors import SelectionError
 
-    write_packages(tmp_path, cann=["8.5.0"], chips=["a3"], arches=["aarch64"])
+    write_packages(tmp_path, cann=["9.1.0"], chips=["a3"], arches=["aarch64"])
     sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="none", arch="aarch64")
     with pytest.raises(SelectionError, match="test doubles.*--namespace ascend-images-demo"):
         cli.build_selection(sel, cli.SourceFlags(cann_dir=str(tmp_path)), cli.InputFlags(), print)

@@ -8,18 +8,35 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from ascend_images.inputs.lockfile import LockError, load_lock
+from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins
 
 
 @dataclass(frozen=True)
+class WheelSpec:
+    """A vendor wheel not yet pinned: which file it is, by its name's tags, and the indexes that list it."""
+
+    name: str
+    version: str
+    arch: str
+    python_tag: str
+    index_urls: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}=={self.version} ({self.python_tag}, {self.arch})"
+
+
+@dataclass(frozen=True)
 class Wanted:
     key: str  # toolkit | ops | nnal | kernel_release | kernel_source | python | <lib> | sdist | wheel:<name>
-    file: str
+    file: str  # "" for a vendor wheel whose file is not pinned yet (`wheel` says which it is)
     url: str
     mount: str  # where the build server serves a local copy: cann | artifacts
     sha256: str | None = None  # published (matrix, lock); None when upstream publishes none
     headers: dict[str, str] = field(default_factory=dict)
+    wheel: WheelSpec | None = None
+    on_pypi: bool = False  # PyPI carries it (an sdist the lock pins): pinned by the lock, never by pins.yaml
 
 
 def cann_wanted(v: Variant) -> list[Wanted]:
@@ -55,24 +72,31 @@ def sdist_wanted(v: Variant) -> list[Wanted]:
     if v.backend == "none":
         return []
     try:
-        file, url, sha256 = load_lock(v).source_sdist
+        lock = load_lock(v)
     except LockError:
         return []  # a build stops on the missing lock itself, with the command that makes it
-    return [Wanted("sdist", file, url, "artifacts", sha256)]
+    file, url, sha256 = lock.source_sdist
+    return [Wanted("sdist", file, url, "artifacts", sha256, on_pypi=not lock.source_subdir)]
 
 
-def off_index_wanted(v: Variant) -> list[Wanted]:
-    """The locked wheels PyPI does not carry (the lock's `off-index` header: a vendor index's file and sha256)."""
+def off_pypi_wanted(v: Variant) -> list[Wanted]:
+    """The locked wheels PyPI does not carry (the lock's `off-pypi` header): the file pins.yaml pinned when the lock
+    was made, or one to find on the vendor's index (package_indexes) and pin on first fetch."""
     if v.backend == "none":
         return []
     try:
         lock = load_lock(v)
     except LockError:
         return []  # as sdist_wanted
-    return [Wanted(f"wheel:{f.name}", f.file, f.url, "artifacts", f.sha256) for f in lock.off_index]
+    indexes = {normalize(name): tuple(spec.urls) for name, spec in v.matrix.spec.package_indexes.items()}
+    out = []
+    for f in lock.off_pypi:
+        wheel = WheelSpec(f.name, f.version, v.arch, "cp" + v.python_version.replace(".", ""), indexes.get(f.name, ()))
+        out.append(Wanted(f"wheel:{f.name}", f.file or "", f.url or "", "artifacts", f.sha256, wheel=wheel))
+    return out
 
 
 def variant_wanted(v: Variant, cann: bool = True) -> list[Wanted]:
     """Everything the variant downloads, CANN first (the largest), in install order."""
     return [*(cann_wanted(v) if cann else []), *bisheng_wanted(v), *sglang_wanted(v), *sdist_wanted(v),
-            *off_index_wanted(v)]
+            *off_pypi_wanted(v)]

@@ -1,23 +1,27 @@
 """`invoke fetch`: download every file a selection needs into a local cache, verified.
 
-A sha256 that upstream publishes (matrix.yaml, a backend lock, --checksums) is enforced. For files
-with none (Huawei's CANN packages, GitHub release zips), the first download is trusted and its sha256
-recorded in the checksums file beside matrix.yaml (reviewable in a diff, committed, used by CI); any
-later download or cached copy that differs is refused with both hashes.
+A sha256 that upstream publishes (matrix.yaml, a backend lock, --checksums) is enforced, and so is every pin of the
+committed pins.yaml. A file with neither (a CANN package or a release zip nobody pinned yet) is trusted on first use:
+its pin goes into this host's trust record in the cache, enforced here from then on, and fetch prints the entry to
+add to pins.yaml; `--record` adds it there itself. A vendor wheel the lock does not name yet is looked up on its
+vendor's index first. A download that differs from what is expected is refused with both hashes, and nothing is
+cached.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted, variant_wanted
-from ascend_images.inputs.checksums import checksums_path, record_checksum, recorded_checksums
 from ascend_images.inputs.download import DownloadError, Policy, Request, commit, fetch_file, sha256_file
+from ascend_images.inputs.pins import Pin, add_pins, pins_path, read_pins, trust_record_path
+from ascend_images.inputs.pypi import PackageIndexError, find_wheel, index_files
+from ascend_images.inputs.sources import local_wheel
 from ascend_images.matrix.model import Matrix, Variant
 
 Out = Callable[[str], None]
@@ -33,7 +37,7 @@ class FetchResult:
     file: str
     path: Path
     sha256: str
-    status: str  # cached | downloaded | trusted-on-first-use
+    status: str  # cached | downloaded | trusted-on-first-use | recorded
 
 
 def wanted_for(variants: list[Variant], cann: bool = True) -> list[Wanted]:
@@ -44,24 +48,58 @@ def wanted_for(variants: list[Variant], cann: bool = True) -> list[Wanted]:
     return list(seen.values())
 
 
+def name_from_index(w: Wanted) -> Wanted:
+    """The file of a vendor wheel the lock does not name: the one its vendor's index lists for the platform."""
+    if w.file or w.wheel is None:
+        return w
+    spec, errors = w.wheel, []
+    for index in spec.index_urls:
+        try:
+            found = find_wheel(index_files(index, spec.name), spec.name, spec.version, spec.arch, spec.python_tag)
+        except PackageIndexError as exc:
+            errors.append(str(exc))
+            continue
+        if found is not None:
+            return replace(w, file=found.file, url=found.url, sha256=found.sha256 or None)
+    if errors:
+        raise DownloadError(f"{spec}: its vendor index could not be read: {'; '.join(errors)}")
+    raise DownloadError(f"{spec}: no such wheel on {', '.join(spec.index_urls) or 'any index matrix.yaml names'}")
+
+
 def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, checksums: dict[str, str] | None = None,
-              policy: Policy | None = None, stream: TextIO | None = None) -> list[FetchResult]:
-    """Download (or find in the cache) each file; a failure stops at once with nothing left under a final name."""
-    record_file = checksums_path(matrix)
-    recorded = recorded_checksums(matrix)
+              policy: Policy | None = None, stream: TextIO | None = None, record: bool = False) -> list[FetchResult]:
+    """Download (or find in the cache) each file; a failure stops at once with nothing left under a final name.
+    `record`: pin every file PyPI does not carry that pins.yaml lacks, there."""
+    pin_file = pins_path(matrix)
+    pins = read_pins(pin_file)
+    trust_file = trust_record_path(cache)
+    trusted = read_pins(trust_file)
     given = checksums or {}
     results = []
     for w in wanted:
+        known = {p.file: p for p in (*trusted.values(), *pins.values())}
+        if not w.file:
+            w = local_wheel(w, None, cache, known) or name_from_index(w)
         published = given.get(w.file) or w.sha256
-        trusted = recorded.get(w.file)
-        expected = published or trusted
-        origin = ("published" if published else f"recorded on first use in {record_file.name}") if expected else ""
+        pin = pins.get(w.file)
+        if published and pin and published != pin.sha256:
+            raise SelectionError(f"{w.file}: pins.yaml pins sha256 {pin.sha256}, but {published} is published "
+                                 "(matrix.yaml, the lock or --checksums); correct the wrong one")
+        trust = trusted.get(w.file)
+        if published:
+            expected, origin = published, "published"
+        elif pin:
+            expected, origin = pin.sha256, f"pinned in {pin_file}"
+        elif trust:
+            expected, origin = trust.sha256, f"trusted on first use on this host ({trust_file})"
+        else:
+            expected, origin = None, ""
         target = cache / w.file
         if target.is_file():
             got = sha256_file(target)
             if expected and got != expected:
                 raise SelectionError(f"{target}: sha256 {got}, but {expected} is expected ({origin}); "
-                                     "delete it and fetch again, or review the checksum")
+                                     "delete it and fetch again, or review the pin")
             status = "cached"
         else:
             if not w.url:
@@ -77,12 +115,20 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
                 raise
             commit(partial, cache, w.file)
             status = "downloaded"
+        this = Pin(w.file, w.url or (pin.url if pin else trust.url if trust else ""), target.stat().st_size, got)
         if not expected:
-            record_checksum(record_file, w.file, got, w.url)
-            recorded[w.file] = got
+            add_pins(trust_file, [this])
+            trusted[w.file] = this
             status = "trusted-on-first-use"
-            out(f"TRUST ON FIRST USE: {w.file} has no published sha256; recorded {got} in {record_file} "
-                "(review it in the diff and commit it)")
+            if not record:
+                out(f"TRUST ON FIRST USE: {w.file} has no pin in {pin_file.name}; its sha256 {got} is recorded in "
+                    f"{trust_file} and enforced on this host. To pin it for every host (and for `invoke publish`), "
+                    f"review it and add to {pin_file} (or run `invoke fetch --record`):\n{this.line()}")
+        if record and not pin and not published and not w.on_pypi:
+            add_pins(pin_file, [this])
+            pins[w.file] = this
+            status = "recorded"
+            out(f"RECORDED: {w.file} sha256 {got} pinned in {pin_file} (review it in the diff and commit it)")
         out(f"{status:>20}  {w.file}  {got[:16]}")
         results.append(FetchResult(w.file, cache / w.file, got, status))
     return results

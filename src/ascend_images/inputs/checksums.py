@@ -1,15 +1,11 @@
-"""The checksums file: sha256sum-style lines ('<64 hex>  <file name>'), read and written here only. Beside
-matrix.yaml it holds what `invoke fetch` trusted on first use; given with --checksums, what the user vouches for."""
+"""A checksums file given with --checksums: sha256sum-style lines ('<64 hex>  <file name>') the user vouches for.
+(Pins of what upstream publishes no sha256 for live in pins.yaml: inputs/pins.py.)"""
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 from ascend_images.errors import SelectionError
-from ascend_images.matrix.model import Matrix
-
-CHECKSUMS_FILE = "checksums.sha256"
 
 
 def parse_checksums(path: Path) -> dict[str, str]:
@@ -24,22 +20,3 @@ def parse_checksums(path: Path) -> dict[str, str]:
             raise SelectionError(f"{path}:{n}: expected '<sha256>  <file>', got {line!r}")
         out[parts[1].lstrip("*").rsplit("/", 1)[-1]] = parts[0].lower()
     return out
-
-
-def checksums_path(matrix: Matrix) -> Path:
-    return matrix.path.parent / CHECKSUMS_FILE
-
-
-def recorded_checksums(matrix: Matrix) -> dict[str, str]:
-    path = checksums_path(matrix)
-    return parse_checksums(path) if path.is_file() else {}
-
-
-def record_checksum(path: Path, file: str, sha256: str, url: str) -> None:
-    """Append a trust-on-first-use record: the file's hash, with when and where it came from."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    header = "" if path.is_file() else (
-        "# sha256 of downloads whose upstream publishes none, recorded on first download by `invoke fetch`\n"
-        "# (trust on first use). Review additions in the diff; a later download that differs is refused.\n")
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(f"{header}# {stamp} first download from {url}\n{sha256}  {file}\n")

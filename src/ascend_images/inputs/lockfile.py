@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.model import Matrix, Variant
@@ -32,6 +35,18 @@ class LockError(SelectionError):
 
 
 @dataclass(frozen=True)
+class ListedRequirements:
+    """A source package's dependency lists as a committed file transcribes them from the upstream tree (SGLang's
+    python/pyproject_npu.toml), with the commit they were read at: what a lock is resolved from when the tree
+    itself (a tag archive on GitHub) cannot be downloaded."""
+
+    path: str  # relative to matrix.yaml's directory
+    upstream: str  # repository, path and commit it was read from
+    runtime: tuple[str, ...]  # the project's dependencies and its srt_npu extra, as the lock reads them
+    build: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SourcePackage:
     """The backend package built from its sdist after the lock is installed (vLLM for no CUDA;
     SGLang with its NPU project file)."""
@@ -42,6 +57,7 @@ class SourcePackage:
     # the git tag's archive instead of the index's sdist: (file, url), and the project's directory in it
     archive: tuple[str, str] | None = None
     subdir: str = ""
+    listed: ListedRequirements | None = None
 
 
 @dataclass(frozen=True)
@@ -60,8 +76,10 @@ class LockSpec:
     # what matrix.yaml says the lock builds from sdists on this arch (None: it does not say); checked, not resolved
     from_sdist: tuple[str, ...] | None = None
     # package -> the vendor index holding versions PyPI lacks. Where, not what: not part of the inputs hash (the
-    # lock's `off-index` header records the exact file and its sha256)
+    # lock's `off-pypi` header names the pinned file)
     package_indexes: tuple[tuple[str, str], ...] = ()
+    # packages installed --no-deps from a pinned file when PyPI lacks their version (package_indexes.*.no_deps)
+    no_deps: tuple[str, ...] = ()
 
     @property
     def platform(self) -> str:
@@ -81,6 +99,8 @@ class LockSpec:
             doc["source-archive"] = [*self.source.archive, self.source.subdir]
         if self.overrides:  # only when present, so locks made before overrides existed stay valid
             doc["overrides"] = list(self.overrides)
+        if self.source.listed:  # the committed dependency lists are inputs: a changed list makes the lock stale
+            doc["source-requirements"] = [list(self.source.listed.runtime), list(self.source.listed.build)]
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def path(self, root: Path) -> Path:
@@ -115,28 +135,69 @@ def lock_spec(variant: Variant) -> LockSpec:
         if pins.tree == "git-tag":
             tag = variant.matrix.spec.backends["sglang"].artifacts["source_tag"]
             archive, subdir = (tag.file.format(version=pins.sglang), tag.url.format(version=pins.sglang)), "python"
-        source = SourcePackage("sglang", pins.sglang, pins.project_file, archive, subdir)
+        listed = (read_listed_requirements(variant.matrix.path.parent, pins.npu_requirements, pins.sglang)
+                  if pins.npu_requirements else None)
+        source = SourcePackage("sglang", pins.sglang, pins.project_file, archive, subdir, listed)
     else:
         raise LockError(f"backend {variant.backend!r} has no lock: only vllm and sglang stages install from one")
     # the CANN stage installed these for the toolkit's own Python tools; a backend must keep them working
     cann_deps = tuple(variant.cann_python_deps)
     indexes = tuple((normalize(name), url) for name, spec in sorted(variant.matrix.spec.package_indexes.items())
                     for url in spec.urls)
+    no_deps = tuple(sorted(normalize(name) for name, spec in variant.matrix.spec.package_indexes.items()
+                           if spec.no_deps is not None))
     return LockSpec(variant.release_name, variant.backend, variant.arch, variant.python_version,
                     (*held, *wanted, *cann_deps), source, variant.arch_spec.torch_index_url,
                     tuple(o.requirement for o in pins.overrides),
-                    tuple(pins.from_sdist[variant.arch]) if variant.arch in pins.from_sdist else None, indexes)
+                    tuple(pins.from_sdist[variant.arch]) if variant.arch in pins.from_sdist else None, indexes,
+                    no_deps)
+
+
+def read_listed_requirements(root: Path, rel: str, version: str) -> ListedRequirements:
+    """The committed dependency lists of a source package (matrix: npu_requirements), checked for their shape."""
+    path = root / rel
+    if not path.is_file():
+        raise LockError(f"npu_requirements: {path} does not exist (the committed dependency list of SGLang {version})")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise LockError(f"{path}: not valid YAML: {exc}") from None
+    keys = {"project", "version", "upstream", "dependencies", "srt_npu", "build-system-requires"}
+    if not isinstance(doc, dict) or set(doc) != keys:
+        raise LockError(f"{path}: expected exactly the keys {', '.join(sorted(keys))}")
+    if str(doc["version"]) != version:
+        raise LockError(f"{path}: lists version {doc['version']}, the release pins {version}")
+    lists = {}
+    for key in ("dependencies", "srt_npu", "build-system-requires"):
+        items = doc[key]
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise LockError(f"{path}: {key} must be a list of requirement strings")
+        for item in items:
+            try:
+                Requirement(item)
+            except InvalidRequirement as exc:
+                raise LockError(f"{path}: {key}: {item!r} is not a requirement ({exc})") from None
+        lists[key] = tuple(items)
+    upstream = doc["upstream"]
+    if not isinstance(upstream, dict) or not {"repository", "path", "commit"} <= set(upstream):
+        raise LockError(f"{path}: upstream must name repository, path and commit")
+    return ListedRequirements(rel, f"{upstream['repository']} {upstream['path']} at {upstream['commit']}",
+                              lists["dependencies"] + lists["srt_npu"], lists["build-system-requires"])
 
 
 @dataclass(frozen=True)
-class OffIndexFile:
-    """A locked package whose pinned version PyPI does not carry: the exact file on a vendor's index."""
+class OffPypiFile:
+    """A locked package whose pinned version PyPI does not carry, installed --no-deps from a vendor's file: the
+    file pinned in pins.yaml when the lock was made, or None (recorded on first fetch, then pinned)."""
 
     name: str
     version: str
-    file: str
-    url: str
-    sha256: str
+    file: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+
+
+FIRST_FETCH = "recorded-on-first-fetch"
 
 
 @dataclass(frozen=True)
@@ -150,12 +211,14 @@ class Lock:
     overrides: tuple[str, ...] = field(default=())
 
     @property
-    def source_sdist(self) -> tuple[str, str, str]:
-        """(file, url, sha256) of the source package's sdist, as the index published it."""
+    def source_sdist(self) -> tuple[str, str, str | None]:
+        """(file, url, sha256) of the source package's sdist as the index published it, or of its tag archive as
+        pins.yaml pins it (None: no pin yet when the lock was made; recorded on first fetch)."""
         parts = self.header.get("source-sdist", "").split()
-        if len(parts) != 3 or not parts[2].startswith("sha256:"):
-            raise LockError(f"{self.path}: header 'source-sdist' must be '<file> <url> sha256:<hex>'")
-        return parts[0], parts[1], parts[2].removeprefix("sha256:")
+        if len(parts) != 3 or not (parts[2].startswith("sha256:") or parts[2] == FIRST_FETCH):
+            raise LockError(f"{self.path}: header 'source-sdist' must be '<file> <url> sha256:<hex>' or "
+                            f"'<file> <url> {FIRST_FETCH}'")
+        return parts[0], parts[1], None if parts[2] == FIRST_FETCH else parts[2].removeprefix("sha256:")
 
     @property
     def source_subdir(self) -> str:
@@ -163,19 +226,22 @@ class Lock:
         return self.header.get("source-subdir", "")
 
     @property
-    def off_index(self) -> list[OffIndexFile]:
-        """The header's `off-index` entries: '<name>==<version> <file> <url> sha256:<hex>', comma-separated."""
+    def off_pypi(self) -> list[OffPypiFile]:
+        """The header's `off-pypi` entries, comma-separated: '<name>==<version> <file> <url> sha256:<hex>' (pinned)
+        or '<name>==<version> recorded-on-first-fetch'. Each is a pin of the lock's body too."""
         out = []
-        for entry in filter(None, (e.strip() for e in self.header.get("off-index", "").split(","))):
+        for entry in filter(None, (e.strip() for e in self.header.get("off-pypi", "").split(","))):
             parts = entry.split()
             name, sep, version = parts[0].partition("==") if parts else ("", "", "")
-            if len(parts) != 4 or not sep or not parts[3].startswith("sha256:") or len(parts[3]) != 71:
-                raise LockError(f"{self.path}: header 'off-index' entry {entry!r} must be "
-                                "'<name>==<version> <file> <url> sha256:<64 hex>'")
+            pinned = len(parts) == 4 and parts[3].startswith("sha256:") and len(parts[3]) == 71
+            if not sep or not (pinned or parts[1:] == [FIRST_FETCH]):
+                raise LockError(f"{self.path}: header 'off-pypi' entry {entry!r} must be '<name>==<version> <file> "
+                                f"<url> sha256:<64 hex>' or '<name>==<version> {FIRST_FETCH}'")
             if self.pins.get(normalize(name)) != version:
-                raise LockError(f"{self.path}: header 'off-index' names {name}=={version}, the lock pins "
+                raise LockError(f"{self.path}: header 'off-pypi' names {name}=={version}, the lock pins "
                                 f"{name}=={self.pins.get(normalize(name))}")
-            out.append(OffIndexFile(normalize(name), version, parts[1], parts[2], parts[3].removeprefix("sha256:")))
+            out.append(OffPypiFile(normalize(name), version, *parts[1:3], parts[3].removeprefix("sha256:"))
+                       if pinned else OffPypiFile(normalize(name), version))
         return out
 
 
@@ -243,7 +309,7 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
         raise LockError(f"{lock.path}: header 'overrides' says {' '.join(lock.overrides) or 'none'}, the release "
                         f"says {' '.join(spec.overrides) or 'none'}; regenerate it: {spec.command}")
     lock.source_sdist  # noqa: B018 - validates the header
-    lock.off_index  # noqa: B018 - validates the header
+    lock.off_pypi  # noqa: B018 - validates the header
 
 
 def load_lock(variant: Variant, root: Path | None = None) -> Lock:

@@ -15,23 +15,25 @@ import tarfile
 import tempfile
 import tomllib
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from ascend_images.inputs.lockfile import (
+    FIRST_FETCH,
     HELD,
     LOCK_FORMAT,
     LockError,
     LockSpec,
-    OffIndexFile,
+    OffPypiFile,
     SourcePackage,
     check_lock,
     parse_lock,
     parse_lock_text,
 )
+from ascend_images.inputs.pins import Pin
 from ascend_images.inputs.pypi import (
     PYPI_SIMPLE,
     IndexFile,
@@ -42,7 +44,6 @@ from ascend_images.inputs.pypi import (
     has_wheel,
     index_files,
     normalize,
-    sha256_file,
 )
 
 Out = Callable[[str], None]
@@ -102,9 +103,9 @@ def _expand_extra(project: dict, name: str, extra: str, seen: set[str] | None = 
     return out
 
 
-def source_requirements(source: SourcePackage, sdist: Path) -> tuple[list[str], list[str]]:
-    """(runtime, build) requirements of the source package, read from its sdist (or tag archive) the way its build
-    reads them."""
+def tree_requirements(source: SourcePackage, sdist: Path) -> tuple[list[str], list[str]]:
+    """(runtime, build) requirements of the source package as its sdist (or tag archive) declares them, read the
+    way its build reads them."""
     prefix = f"{source.subdir}/" if source.subdir else ""
     with tarfile.open(sdist) as tar:
         if source.name == "vllm":
@@ -118,7 +119,27 @@ def source_requirements(source: SourcePackage, sdist: Path) -> tuple[list[str], 
             build = doc["build-system"]["requires"]
         else:
             raise LockError(f"no recipe for the source package {source.name!r}")
-    return runtime, [r for r in build if normalize(Requirement(r).name) not in HELD]
+    return runtime, list(build)
+
+
+def without_held(build: list[str] | tuple[str, ...]) -> list[str]:
+    return [r for r in build if normalize(Requirement(r).name) not in HELD]
+
+
+def first_difference(source: SourcePackage, tree: tuple[list[str], list[str]], archive: str) -> str | None:
+    """Where the committed dependency lists differ from those in the source tree: the first package (by name) whose
+    requirement differs, is only in one of them, or None when they agree."""
+    assert source.listed is not None
+    for what, committed, upstream in (("runtime", source.listed.runtime, tree[0]),
+                                      ("build", source.listed.build, tree[1])):
+        ours = {normalize(Requirement(r).name): r for r in committed}
+        theirs = {normalize(Requirement(r).name): r for r in upstream}
+        for name in sorted(set(ours) | set(theirs)):
+            a, b = ours.get(name), theirs.get(name)
+            if a is None or b is None or Requirement(a) != Requirement(b):
+                return (f"{name} ({what}): {source.listed.path} has {a or 'nothing'!r}, "
+                        f"{source.project_file or 'pyproject.toml'} in {archive} has {b or 'nothing'!r}")
+    return None
 
 
 def sdist_build_requirements(sdist: Path) -> list[str]:
@@ -145,12 +166,13 @@ def _public(url: str) -> str:
 
 class LockMaker:
     def __init__(self, out: Out, cache_dir: Path, index_url: str = PYPI_SIMPLE, torch_index_url: str | None = None,
-                 extra_index_urls: tuple[str, ...] = ()):
+                 extra_index_urls: tuple[str, ...] = (), pins: Mapping[str, Pin] | None = None):
         self.out = out
         self.cache_dir = cache_dir
         self.index_url = index_url
         self.extra_index_urls = extra_index_urls
         self.torch_index_url = torch_index_url
+        self.pins = dict(pins or {})  # the committed pin file's entries
         self._files: dict[str, list[IndexFile]] = {}
 
     def files(self, project: str) -> list[IndexFile]:
@@ -159,49 +181,40 @@ class LockMaker:
             self._files[key] = index_files(self.index_url, project)
         return self._files[key]
 
-    def off_index(self, spec: LockSpec, links: Path) -> list[OffIndexFile]:
-        """Each pinned package whose version the index lacks for the platform, found on the vendor index matrix.yaml
-        names for it, downloaded into `links` (uv's --find-links) and recorded with its sha256: the index's when it
-        publishes one, else the file's as downloaded now (the lock is then the record of first use)."""
-        vendors: dict[str, list[str]] = {}
-        for package, url in spec.package_indexes:
-            vendors.setdefault(package, []).append(url)
+    def off_pypi(self, spec: LockSpec) -> list[OffPypiFile]:
+        """Each pinned package whose version the index lacks for the platform. It must be one matrix.yaml installs
+        --no-deps from a vendor's file (package_indexes.<name>.no_deps, as upstream installs it): the lock is
+        resolved without it, so neither its file nor its metadata is needed here, and its entry names the file
+        pins.yaml pins for the platform, or says that fetch records it on first use."""
+        vendors = {name for name, _ in spec.package_indexes}
         out = []
         for requirement in (*spec.requirements, *spec.overrides):
             name, sep, version = requirement.partition("==")
-            urls = vendors.get(normalize(name))
-            if not sep or not urls or has_wheel(self.files(name), name, version, spec.arch, spec.python_tag):
+            if not sep or normalize(name) not in vendors:
                 continue
-            item, vendor, silent = None, "", []
-            for vendor in urls:
-                try:
-                    item = find_wheel(index_files(vendor, name), name, version, spec.arch, spec.python_tag)
-                except PackageIndexError as exc:
-                    silent.append(str(exc))
-                    continue
-                if item is not None:
-                    break
-            if item is None and silent:
-                raise LockError(f"{name}=={version} is not on {_public(self.index_url)} for {spec.platform}, and the "
-                                f"index matrix.yaml names for it does not answer: {'; '.join(silent)}")
-            if item is None:
-                raise LockError(f"{name}=={version}: no {spec.python_tag} {spec.arch} wheel on "
-                                f"{_public(self.index_url)} nor on {', '.join(map(_public, urls))} "
-                                f"(package_indexes.{name})")
-            path = download(item, self.cache_dir)
-            sha256 = item.sha256 or sha256_file(path)
-            links.mkdir(exist_ok=True)
-            shutil.copyfile(path, links / item.file)
-            self.out(f"[lock]   {name} {version} is not on {_public(self.index_url)}: {item.file} from "
-                     f"{_public(vendor)} (sha256 {sha256[:12]}{'' if item.sha256 else ', as downloaded now'})")
-            out.append(OffIndexFile(normalize(name), version, item.file, _public(item.url), sha256))
+            if has_wheel(self.files(name), name, version, spec.arch, spec.python_tag):
+                continue
+            where = f"package_indexes.{normalize(name)}"
+            if normalize(name) not in spec.no_deps:
+                raise LockError(f"{name}=={version} is not on {_public(self.index_url)} for {spec.platform}, and "
+                                f"matrix.yaml {where} has no no_deps: say (with upstream's source) that it is "
+                                "installed --no-deps, so the lock can be resolved without its metadata")
+            candidates = [IndexFile(p.file, p.url, p.sha256) for p in self.pins.values()]
+            pinned = find_wheel(candidates, name, version, spec.arch, spec.python_tag)
+            entry = (OffPypiFile(normalize(name), version, pinned.file, pinned.url, pinned.sha256) if pinned
+                     else OffPypiFile(normalize(name), version))
+            self.out(f"[lock]   {name} {version} is not on {_public(self.index_url)}: resolved without it "
+                     f"({where}.no_deps), installed --no-deps from "
+                     + (f"{pinned.file} (pins.yaml)" if pinned else "the file fetch records on first use"))
+            out.append(entry)
         return out
 
-    def _resolve(self, spec: LockSpec, lines: list[str], work: Path, links: Path | None = None) -> dict[str, str]:
+    def _resolve(self, spec: LockSpec, lines: list[str], work: Path, without: list[str]) -> dict[str, str]:
         (work / "requirements.in").write_text("\n".join(lines) + "\n", encoding="utf-8")
         overrides: list[str] = []
-        if spec.overrides:
-            (work / "overrides.txt").write_text("\n".join(spec.overrides) + "\n", encoding="utf-8")
+        override_lines = [*spec.overrides, *(never(name) for name in without)]
+        if override_lines:
+            (work / "overrides.txt").write_text("\n".join(override_lines) + "\n", encoding="utf-8")
             overrides = ["--override", "overrides.txt"]
         cmd = [uv_binary(), "pip", "compile", "requirements.in", "-o", "resolved.txt", "--quiet", *overrides,
                "--python-platform", spec.platform, "--python-version", spec.python_version,
@@ -210,8 +223,6 @@ class LockMaker:
         extras = [u for u in (torch_index, *self.extra_index_urls) if u]
         for url in extras:
             cmd += ["--extra-index-url", url]
-        if links is not None:
-            cmd += ["--find-links", str(links)]
         if extras:
             cmd += ["--index-strategy", "unsafe-best-match"]
         result = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
@@ -229,25 +240,50 @@ class LockMaker:
                 lambda n: has_wheel(self.files(n), n, pins[n], spec.arch, spec.python_tag), names), strict=True))
         return sorted(n for n, ok in wheels.items() if not ok)
 
-    def source_archive(self, source: SourcePackage) -> IndexFile:
-        """The source tree: the index's sdist (with the index's sha256), or the git tag's archive, whose host
-        publishes no sha256: the lock records the one downloaded now (trust on first use, then enforced)."""
+    def source_archive(self, source: SourcePackage) -> tuple[IndexFile, Path | None]:
+        """The source tree and its local copy: the index's sdist (with the index's sha256), or the git tag's archive,
+        whose host publishes no sha256: pins.yaml pins it, or fetch records it on first use (sha256 ""). An archive
+        that cannot be downloaded here is None when the committed dependency lists stand in for it."""
         if source.archive is None:
-            return find_sdist(self.files(source.name), source.name, source.version)
+            item = find_sdist(self.files(source.name), source.name, source.version)
+            return item, download(item, self.cache_dir)
         file, url = source.archive
+        pin = self.pins.get(file)
+        item = IndexFile(file, url, pin.sha256 if pin else "")
         try:
-            path = download(IndexFile(file, url, ""), self.cache_dir)
+            return item, download(item, self.cache_dir)
         except PackageIndexError as exc:
-            raise LockError(f"{source.name} {source.version}: its tag archive {url} could not be downloaded: {exc}") \
-                from None
-        return IndexFile(file, url, sha256_file(path))
+            if source.listed is None:
+                raise LockError(f"{source.name} {source.version}: its tag archive {url} could not be downloaded: "
+                                f"{exc}") from None
+            self.out(f"[lock]   {file} could not be downloaded ({exc}): the lock is made from {source.listed.path} "
+                     "alone, not checked against the tree")
+            return item, None
+
+    def requirements(self, source: SourcePackage, tree: Path | None) -> tuple[list[str], list[str], str]:
+        """(runtime, build) requirements and the header line saying where they come from: the committed lists
+        (checked against the tree when it is here: a difference stops the lock), or the tree itself."""
+        if source.listed is None:
+            assert tree is not None
+            runtime, build = tree_requirements(source, tree)
+            read = ("requirements/common.txt and pyproject.toml" if source.name == "vllm"
+                    else source.project_file or "pyproject.toml")
+            return runtime, without_held(build), f"{read} in {tree.name}"
+        if tree is not None:
+            difference = first_difference(source, tree_requirements(source, tree), tree.name)
+            if difference:
+                raise LockError(f"{source.name} {source.version}: the committed dependency list differs from "
+                                f"upstream's: {difference}. Transcribe the upstream file again (and its commit)")
+        checked = "checked against the tag archive" if tree is not None else "not checked against the tag archive"
+        return (list(source.listed.runtime), without_held(source.listed.build),
+                f"{source.listed.path} ({source.listed.upstream}; {checked})")
 
     def make(self, spec: LockSpec, root: Path) -> Path:
         source = spec.source
-        sdist_item = self.source_archive(source)
+        sdist_item, tree = self.source_archive(source)
         self.out(f"[lock] {spec.release}/{spec.backend}/{spec.arch}: {sdist_item.file} "
-                 f"(sha256 {sdist_item.sha256[:12]})")
-        runtime, build = source_requirements(source, download(sdist_item, self.cache_dir))
+                 f"(sha256 {sdist_item.sha256[:12] or 'recorded on first fetch'})")
+        runtime, build, listed_from = self.requirements(source, tree)
         from_source: list[str] = []
         # Sdists build without isolation, against the image's packages: as torch's, a build requirement's pin on a
         # package the runtime set already has yields to the runtime's version (arctic-inference 0.1.1 pins
@@ -255,14 +291,14 @@ class LockMaker:
         relaxed: list[str] = []
         with tempfile.TemporaryDirectory(prefix="ascend-lock.") as tmp:
             work = Path(tmp)
-            off_index = self.off_index(spec, work / "off-index")
-            links = work / "off-index" if off_index else None
+            off_pypi = self.off_pypi(spec)
+            without = [f.name for f in off_pypi]
             for _ in range(MAX_ROUNDS):
                 lines = [f"# {spec.release} {spec.backend} {spec.arch}: release pins", *spec.requirements,
                          f"# {source.name} {source.version}: runtime requirements as its build reads them", *runtime,
                          "# build requirements (installed first; sdists build without isolation)", *build]
-                pins = self._resolve(spec, lines, work, links)
-                new = [n for n in self._needs_build(spec, pins, {f.name for f in off_index}) if n not in from_source]
+                pins = self._resolve(spec, lines, work, without)
+                new = [n for n in self._needs_build(spec, pins, set(without)) if n not in from_source]
                 if not new:
                     break
                 for name in new:
@@ -284,6 +320,9 @@ class LockMaker:
                 raise LockError(f"{spec.release}/{spec.backend}/{spec.arch}: build requirements did not settle "
                                 f"after {MAX_ROUNDS} rounds (from source: {', '.join(from_source)})")
             body = (work / "resolved.txt").read_text(encoding="utf-8")
+        # what the resolver left out stands in the body as the pin it is, so the install and every check see it
+        body += "".join(f"{f.name}=={f.version}  # not on PyPI: installed --no-deps from the off-pypi file above\n"
+                        for f in off_pypi)
         cuda = sorted(n for n in pins if n.startswith(CUDA_PREFIXES))
         if cuda:
             raise LockError(f"{spec.release}/{spec.backend}/{spec.arch}: the resolution pulls CUDA packages "
@@ -305,19 +344,30 @@ class LockMaker:
             f"# index: {' '.join(_public(u) for u in (self.index_url, *self.extra_index_urls))}",
             f"# source-package: {source.name}=={source.version}"
             + (f" ({source.project_file})" if source.project_file else ""),
-            f"# source-sdist: {sdist_item.file} {sdist_item.url} sha256:{sdist_item.sha256}",
+            f"# source-sdist: {sdist_item.file} {sdist_item.url} "
+            + (f"sha256:{sdist_item.sha256}" if sdist_item.sha256 else FIRST_FETCH),
+            f"# source-requirements: {listed_from}",
             *([f"# source-subdir: {source.subdir}"] if source.subdir else []),
             f"# build-requirements: {' '.join(build_names)}",
             f"# from-source: {' '.join(sorted(from_source))}",
         ]
         if relaxed:
             header.append(f"# build-pins-relaxed: {' '.join(relaxed)}")
-        if off_index:
-            header.append("# off-index: " + ", ".join(f"{f.name}=={f.version} {f.file} {f.url} sha256:{f.sha256}"
-                                                      for f in off_index))
+        if off_pypi:
+            header.append("# off-pypi: " + ", ".join(
+                f"{f.name}=={f.version} {f.file} {f.url} sha256:{f.sha256}" if f.file else f"{f.name}=={f.version} "
+                f"{FIRST_FETCH}" for f in off_pypi))
+            header.append("# resolved-without: " + " ".join(without) + " (uv --override NAME ; "
+                          "sys_platform == 'never': installed --no-deps, as matrix.yaml package_indexes.*.no_deps "
+                          "says upstream does; the resolver never read their metadata)")
         if spec.overrides:
             header.append(f"# overrides: {' '.join(spec.overrides)}")
         return write_lock(spec, root, "\n".join(header) + "\n" + body)
+
+
+def never(name: str) -> str:
+    """An override that takes a requirement out of a resolution: its marker is never true."""
+    return f"{name} ; sys_platform == 'never'"
 
 
 def _uv_version() -> str:

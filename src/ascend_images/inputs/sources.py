@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted, cann_wanted
 from ascend_images.inputs.download import sha256_file
+from ascend_images.inputs.pins import Pin
+from ascend_images.inputs.pypi import IndexFile, find_wheel, normalize
 from ascend_images.matrix.model import Variant
 
 CannSourceKind = Literal["image", "url", "local"]
@@ -46,14 +49,45 @@ class Artifact:
     sha256: str
 
 
+def local_wheel(w: Wanted, directory: Path | None, cache: Path | None, pins: Mapping[str, Pin]) -> Wanted | None:
+    """A vendor wheel the lock does not name yet (not pinned when it was made): the file for its platform that a
+    local directory holds, or that pins.yaml (or this host's trust record) pins, with that pin's URL."""
+    assert w.wheel is not None
+    spec = w.wheel
+    names = [*(p.name for d in (directory, cache) if d is not None and d.is_dir() for p in d.glob("*.whl")), *pins]
+    found = find_wheel([IndexFile(n, "", "") for n in names], spec.name, spec.version, spec.arch, spec.python_tag)
+    if found is None:
+        return None
+    pin = pins.get(found.file)
+    return replace(w, file=found.file, url=pin.url if pin else "", sha256=pin.sha256 if pin else None)
+
+
+def name_wheel(w: Wanted, directory: Path | None, cache: Path | None, pins: Mapping[str, Pin], strict: bool) -> Wanted:
+    """`local_wheel`, or an error saying how to get it (a placeholder name in a preview render)."""
+    if w.file or w.wheel is None:
+        return w
+    found = local_wheel(w, directory, cache, pins)
+    if found is not None:
+        return found
+    spec = w.wheel
+    if strict:
+        raise SelectionError(f"{spec} is not on PyPI, and no file of it is pinned in pins.yaml or fetched here: "
+                             "`invoke fetch` (or `invoke build ... --fetch`) finds it on "
+                             f"{', '.join(spec.index_urls) or 'its vendor index'} and records it; or put it in "
+                             "--artifacts-dir")
+    return replace(w, file=f"{normalize(spec.name).replace('-', '_')}-{spec.version}-not-fetched.whl")
+
+
 def resolve_artifacts(what: str, wanted: list[Wanted], known: dict[str, str], directory: Path | None,
-                      strict: bool, cache: Path | None = None) -> dict[str, Artifact]:
+                      strict: bool, cache: Path | None = None, pins: Mapping[str, Pin] | None = None
+                      ) -> dict[str, Artifact]:
     """Where each wanted file comes from, in this order:
     - `directory` (--cann-dir / --artifacts-dir): every file must be there;
     - `cache` (filled by `invoke fetch`): the files it holds;
     - upstream, with the sha256 from `known`, required when strict.
     A local copy is served by the build server under /<mount>/; where a sha256 is known, the copy must have it."""
     out: dict[str, Artifact] = {}
+    wanted = [name_wheel(w, directory, cache, pins or {}, strict) for w in wanted]
     if directory is not None:
         missing = [w.file for w in wanted if not (directory / w.file).is_file()]
         if missing:
@@ -66,13 +100,14 @@ def resolve_artifacts(what: str, wanted: list[Wanted], known: dict[str, str], di
             got = sha256_file(local)
             if expected and got != expected:
                 raise SelectionError(f"{what}: {local} has sha256 {got}, but {expected} is expected "
-                                     "(matrix.yaml, the lock, or the checksums file); delete it and fetch it again")
+                                     "(matrix.yaml, the lock, pins.yaml or this host's trust record); delete it and "
+                                     "fetch it again")
             out[w.key] = Artifact(w.file, f"{SERVER_VAR}/{w.mount}/{w.file}", got)
             continue
         if expected is None and strict:
             raise SelectionError(
-                f"{what}: no sha256 for {w.file} (upstream publishes none). Fetch it first: `invoke fetch` "
-                "(or `invoke build ... --fetch`) downloads it and records its sha256 on first use; or pass "
+                f"{what}: no pin for {w.file} in pins.yaml (upstream publishes no sha256). Fetch it first: "
+                "`invoke fetch` (or `invoke build ... --fetch`) downloads it and trusts it on first use; or pass "
                 "--checksums FILE, or put the file in a local directory (--cann-dir / --artifacts-dir)"
             )
         out[w.key] = Artifact(w.file, w.url, expected or MISSING_SHA256)
@@ -133,6 +168,7 @@ class ArtifactSource:
     checksums: dict[str, str] = field(default_factory=dict)
     strict: bool = True
     cache: Path | None = None  # files `invoke fetch` already downloaded
+    pins: dict[str, Pin] = field(default_factory=dict)  # pins.yaml and this host's trust record, by file
 
     def __post_init__(self) -> None:
         if self.directory is not None and not self.directory.is_dir():
@@ -143,7 +179,7 @@ class ArtifactSource:
         return is_test_double(self.directory)
 
     def resolve(self, what: str, wanted: list[Wanted]) -> dict[str, Artifact]:
-        return resolve_artifacts(what, wanted, self.checksums, self.directory, self.strict, self.cache)
+        return resolve_artifacts(what, wanted, self.checksums, self.directory, self.strict, self.cache, self.pins)
 
 
 @dataclass(frozen=True)

@@ -215,6 +215,10 @@ class SglangPins(LockedPins):
     # SGLang's NPU code imports `triton` (sglang.srt.utils.common); on NPU that is triton-ascend, which
     # SGLang's own NPU images install beside it (SG docker/npu*.Dockerfile)
     triton_ascend: str | None = None
+    # the NPU project's dependency lists, transcribed from the upstream tree into a committed file (path beside
+    # matrix.yaml) with the commit it was read at: a lock is made from it without the tag archive, and checked
+    # against the archive's project file where the archive can be downloaded
+    npu_requirements: str | None = None
 
 
 class ReleaseBackends(Strict):
@@ -280,10 +284,21 @@ class CiSpec(Strict):
     publish: list[CiEntry]
 
 
+class NoDeps(Strict):
+    """A package installed with `pip install --no-deps`, as upstream installs it: a lock is resolved without it (its
+    requirement overridden out, so the resolver never needs its file or metadata), and what `pip check` then says of
+    its own requirements is waived, for this reason."""
+
+    why: str
+    source: str
+
+
 class PackageIndexSpec(Strict):
     """Vendor PEP 503 pip indexes that publish versions of a package PyPI does not carry, looked in in order."""
 
     urls: list[str]
+    # set: a version PyPI lacks is installed --no-deps from a pinned file (pins.yaml), never resolved
+    no_deps: NoDeps | None = None
     source: str
 
 

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_images.inputs.checksums import recorded_checksums
+from ascend_images.inputs.pins import pinned_sha256, pins_path, read_pins
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import Matrix, Variant, load_matrix, select
 from ascend_images.stages.names import DEFAULT_NAMESPACE
@@ -48,9 +48,10 @@ def committed_variants(matrix: Matrix) -> list[Variant]:
 
 def render_all(matrix: Matrix) -> dict[str, str]:
     """{"<stage slug>/Dockerfile": text} for every stage of the committed variants."""
-    checksums = recorded_checksums(matrix)  # the reviewed checksums.sha256 beside matrix.yaml, if any
+    pins = read_pins(pins_path(matrix))  # the committed pins.yaml: what every user's build verifies against
+    checksums = pinned_sha256(pins)
     sources = Sources(CannSource("url", None, checksums, None, strict=False),
-                      ArtifactSource(None, checksums, False, None), None)
+                      ArtifactSource(None, checksums, False, None, pins), None)
     variants = committed_variants(matrix)
     base_images = {(v.os, v.arch): v.os_spec.image for v in variants}
     plan = make_plan(variants, PlanOptions(sources.cann, DEFAULT_NAMESPACE, base_images))

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ascend_images.inputs.artifacts import bisheng_wanted, off_index_wanted, sglang_wanted
+from ascend_images.inputs.artifacts import bisheng_wanted, off_pypi_wanted, sdist_wanted, sglang_wanted
 from ascend_images.inputs.lockfile import LockError, load_lock
-from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Sources, sha256_file
+from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Artifact, Sources, sha256_file
 from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
@@ -31,6 +31,7 @@ from ascend_images.stages.stage import Stage
 
 IMAGES_DIR = Path(__file__).resolve().parents[3] / "images"  # the templates and the files stages copy
 LABEL_PREFIX = "io.ascend-images"
+DOWNLOADS_LABEL = f"{LABEL_PREFIX}.downloads"  # .<stage kind>: what it installed from downloads PyPI lacks
 LAYOUT_LAYER = "cann:image"  # what the official CANN image sets itself, beside its env scripts
 
 Captured = Mapping[str, str] | None
@@ -43,8 +44,8 @@ ContextPart = Callable[["Stage", Sources, Captured, dict[str, Any], dict[str, by
 #   over: the tag of the image below with the overlay suffix (the stage is that image with other settings)
 TagScope = Literal["os", "device", "release", "over"]
 # Inputs that may be test doubles: "cann" (--cann-dir with the marker), "artifacts" (--artifacts-dir with it),
-# "off-index" (a wheel the lock takes from a vendor index, served from such an --artifacts-dir)
-DoubleInput = Literal["cann", "artifacts", "off-index"]
+# "off-pypi" (a wheel the lock takes from a vendor index, served from such an --artifacts-dir)
+DoubleInput = Literal["cann", "artifacts", "off-pypi"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ def _base_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[
     if v.python != "system":
         resolved = sources.artifacts.resolve(f"python {v.python}", bisheng_wanted(v))
         ctx["python"]["artifacts"] = [{"url": a.url, "sha256": a.sha256} for a in resolved.values()]
+        record_downloads(stage, ctx, resolved.values())
 
 
 # --- cann-install ------------------------------------------------------------------------------------------------
@@ -143,8 +145,9 @@ def _cann_install_labels(stage: Stage) -> dict[str, str]:
 
 def _cann_install_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
                           files: dict[str, bytes]) -> None:
-    ctx["cann"]["packages"] = [{"kind": p.kind, "url": p.url, "sha256": p.sha256}
-                               for p in sources.cann.packages(stage.variant)]
+    packages = sources.cann.packages(stage.variant)
+    ctx["cann"]["packages"] = [{"kind": p.kind, "url": p.url, "sha256": p.sha256} for p in packages]
+    record_downloads(stage, ctx, packages)
 
 
 # --- cann ----------------------------------------------------------------------------------------------------------
@@ -215,9 +218,10 @@ def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: di
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
     ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
-    wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI", off_index_wanted(v))
-    ctx["off_index"] = [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in wheels.values()]
-    if ctx["lock"]["overrides"]:
+    wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI", off_pypi_wanted(v))
+    ctx["off_pypi"] = [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in wheels.values()]
+    record_downloads(stage, ctx, [*wheels.values(), *([ctx["lock"]["archive"]] if ctx["lock"]["archive"] else [])])
+    if ctx["lock"]["overrides"] or ctx["lock"]["no_deps"]:
         files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
     ctx["allocator"] = allocator(v, v.default_allocator)
 
@@ -229,6 +233,7 @@ def _sglang_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
     resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
     ctx["artifacts"] = {key: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": key}
                         for key, a in resolved.items()}
+    record_downloads(stage, ctx, resolved.values())
 
 
 def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
@@ -241,19 +246,36 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
         if sources.artifacts.strict:
             raise
         sdist = {"file": "lock-missing.tar.gz", "url": "lock-missing", "sha256": MISSING_SHA256}
-        return ({"sdist": sdist, "build_requirements": ["setuptools"], "from_source": [], "overrides": [],
-                 "subdir": "", "missing": str(exc)},
+        return ({"sdist": sdist, "archive": None, "build_requirements": ["setuptools"], "from_source": [],
+                 "overrides": [], "no_deps": [], "subdir": "", "missing": str(exc)},
                 f"# LOCK MISSING OR STALE: {exc}\n".encode())
-    file, url, sha256 = lock.source_sdist
-    directory = sources.artifacts.directory
-    if directory is not None and (directory / file).is_file():
-        local = sha256_file(directory / file)
-        if local != sha256:
-            raise LockError(f"{directory / file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
-        url = f"{SERVER_VAR}/artifacts/{file}"
-    return ({"sdist": {"file": file, "url": url, "sha256": sha256}, "build_requirements": list(lock.build_requirements),
-             "from_source": list(lock.from_source), "subdir": lock.source_subdir,
-             "overrides": list(lock.overrides), "missing": ""}, lock.text.encode())
+    (wanted,) = sdist_wanted(v)
+    archive = None
+    if wanted.on_pypi:  # pinned by the lock with PyPI's sha256; from --artifacts-dir when it holds a copy
+        file, url, sha256 = wanted.file, wanted.url, wanted.sha256
+        directory = sources.artifacts.directory
+        if directory is not None and (directory / file).is_file():
+            local = sha256_file(directory / file)
+            if local != sha256:
+                raise LockError(f"{directory / file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
+            url = f"{SERVER_VAR}/artifacts/{file}"
+        sdist = Artifact(file, url, sha256 or MISSING_SHA256)
+    else:  # a tag archive: a download PyPI does not carry, pinned in pins.yaml like the others
+        (sdist,) = sources.artifacts.resolve(f"{v.backend} {v.release_name}: source tree", [wanted]).values()
+        archive = sdist
+    return ({"sdist": {"file": sdist.file, "url": sdist.url, "sha256": sdist.sha256}, "archive": archive,
+             "build_requirements": list(lock.build_requirements), "from_source": list(lock.from_source),
+             "subdir": lock.source_subdir, "overrides": list(lock.overrides),
+             "no_deps": [f"{f.name}=={f.version}" for f in lock.off_pypi], "missing": ""}, lock.text.encode())
+
+
+def record_downloads(stage: Stage, ctx: dict[str, Any], artifacts: Iterable[Any]) -> None:
+    """The downloads PyPI does not carry that this stage installs, as a label (file -> sha256): `invoke publish`
+    checks each against pins.yaml. One label per kind, so a child's never hides its parent's."""
+    key = f"{DOWNLOADS_LABEL}.{stage.kind}"
+    files = {**json.loads(ctx["labels"].get(key, "{}")), **{a.file: a.sha256 for a in artifacts}}
+    if files:
+        ctx["labels"][key] = json.dumps(files, sort_keys=True, separators=(",", ":"))
 
 
 def allocator(v: Variant, name: str) -> dict[str, Any]:
@@ -315,11 +337,11 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("vllm", lambda v: v.backend == "vllm", _vllm_labels,
               lambda s: f"vLLM-Ascend on CANN {s.variant.release.cann} for {s.variant.device}",
               _backend_context, repo="vllm-ascend", tag_scope="release", version=_vllm_version,
-              doubles=(("cann", "cann"), ("off-index", "off-index-wheels"))),
+              doubles=(("cann", "cann"), ("off-pypi", "off-pypi-wheels"))),
     StageKind("sglang", lambda v: v.backend == "sglang", _sglang_labels,
               lambda s: f"SGLang on CANN {s.variant.release.cann} for {s.variant.device}",
               _sglang_context, repo="sglang", tag_scope="release", version=_sglang_version,
-              doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"), ("off-index", "off-index-wheels"))),
+              doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"), ("off-pypi", "off-pypi-wheels"))),
     StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
               lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),

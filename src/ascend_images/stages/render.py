@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from ascend_images.inputs.artifacts import off_index_wanted
+from ascend_images.inputs.artifacts import off_pypi_wanted
 from ascend_images.inputs.sources import Sources
 from ascend_images.stages.kinds import IMAGES_DIR, KINDS, stage_doubles, stage_label_version, stage_labels
 from ascend_images.stages.names import TEST_DOUBLE_LABEL
@@ -60,9 +60,9 @@ def _template_name(kind: str, device: str, images_dir: Path) -> str:
 
 def test_doubles(stage: Stage, sources: Sources) -> list[str]:
     """Which inputs of this image (its own or its parents') are test doubles, as its kind's row says."""
-    off_index = sources.artifacts.test_double and bool(off_index_wanted(stage.variant))
+    off_pypi = sources.artifacts.test_double and bool(off_pypi_wanted(stage.variant))
     return stage_doubles(stage, {"cann": sources.cann.test_double, "artifacts": sources.artifacts.test_double,
-                                 "off-index": off_index})
+                                 "off-pypi": off_pypi})
 
 
 class Renderer:
@@ -104,7 +104,7 @@ class Renderer:
             "captured": None,
             "env": [],
             "layout_env": [],
-            "off_index": [],
+            "off_pypi": [],
             "defaults": [],
             "user_env": bool(v.user_env),
             "allocator": None,
