@@ -13,6 +13,7 @@ from ascend_images.errors import AscendImagesError, SelectionError
 from ascend_images.flags import InputFlags, LockFlags, RunFlags, Selection, SourceFlags
 from ascend_images.inputs.checksums import parse_checksums
 from ascend_images.inputs.lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
+from ascend_images.inputs.pins import pins_path, read_pins
 from ascend_images.matrix.envs import effective_env
 from ascend_images.matrix.model import Variant, all_variants, choices, load_matrix, parse_env_overrides
 from ascend_images.matrix.rules import RULES, enforce, evaluate
@@ -385,8 +386,8 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
     groups = group_variants(variants, namespace, target)
     # the merge job writes lists from what the registry holds: it needs no engine, and may run where none is
     publisher = Publisher(None if only == "lists" else connect(), RegistryClient(target.registry), target, out,
-                          force=force, dry_run=dry_run,
-                          allow_test_double=allow_test_double, on_step=on_step)
+                          force=force, dry_run=dry_run, allow_test_double=allow_test_double, on_step=on_step,
+                          pins=read_pins(pins_path(matrix)))
     report = publisher.run(groups, only=only)
     if not dry_run:
         write_report(report, report_path)

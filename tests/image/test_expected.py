@@ -36,10 +36,12 @@ CANN_850_A3 = {  # compat.md: CANN 8.5.0 (HDK floor 25.5.0, cann-<VER> layout), 
     "io.ascend-images.os": "debian12", "io.ascend-images.arch": TEST_ARCH, "io.ascend-images.python": "system",
     "io.ascend-images.python-version": "3.11",
 }
-# compat.md: vllm-ascend 0.18.0 runs on CANN 8.5.1 with torch_npu 2.9.0 on torch 2.9.0; 8.5.1 is a patch of the
-# 8.5 line (same 25.5.0 HDK floor, same cann-<VER> layout)
-CANN_851_A3 = {**CANN_850_A3, "io.ascend-images.cann": "8.5.1", "io.ascend-images.torch": "2.9.0",
-               "io.ascend-images.torch-npu": "2.9.0", "io.ascend-images.release": "cann8.5.1-vllm0.18.0"}
+# SG: SGLang 0.5.17's NPU image is built on CANN 9.0.0 with torch_npu 2.10.0 (PT: 2.10.0 is CANN 9.0.0's, on torch
+# 2.10.0); the CANN 9.0.1 release notes list HDK 25.5.1 as 9.0.0's oldest matched driver; CCI: 9.0.0 keeps the
+# cann-<VER> tree and sets no ATB_CXX_ABI (that came with 9.0.1, PR 104)
+CANN_900_A3 = {**CANN_850_A3, "io.ascend-images.cann": "9.0.0", "io.ascend-images.hdk-floor": "25.5.1",
+               "io.ascend-images.torch": "2.10.0", "io.ascend-images.torch-npu": "2.10.0",
+               "io.ascend-images.release": "cann9.0.0-sglang0.5.17"}
 # PT: torch_npu 2.10.0.post4 is made for CANN 9.1.0 and pins torch 2.10.0; the CANN 9.1.0 release notes make
 # Ascend HDK 25.2.X the oldest compatible driver; CCI: 9.x keeps the cann-<VER> tree and (from 9.0.1) sets
 # ATB_CXX_ABI, here the torch wheel's C++11 ABI (1)
@@ -71,6 +73,13 @@ EXPECTED = {
         "labels": {**CANN_910_A3, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "production"},
     },
+    f"torch-npu:2.10.0.post4-cann9.1.0-a2-debian12-py3.11-{ARCH}": {
+        "env": {**COMMON, **PRODUCTION, **A2, "ATB_CXX_ABI": "1", "ASCEND_IMAGES_HDK_FLOOR": "25.2.0",
+                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
+        "absent": ["LD_PRELOAD", "VLLM_USE_V1", "HCCL_HOST_SOCKET_PORT_RANGE"],
+        "labels": {**CANN_910_A3, **A2_LABELS, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
+                   "io.ascend-images.profile": "production"},
+    },
     f"torch-npu:2.8.0.post2-cann8.5.0-a2-debian12-py3.11-{ARCH}": {
         "env": {**COMMON, **PRODUCTION, **A2, "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-8.5.0"},
         "absent": ["LD_PRELOAD", "VLLM_USE_V1", "ATB_CXX_ABI"],
@@ -98,28 +107,31 @@ EXPECTED = {
         "labels": {**CANN_850_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "debug"},
     },
-    f"vllm-ascend:0.18.0-cann8.5.1-a3-debian12-py3.11-{ARCH}": {
+    f"vllm-ascend:0.23.0-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
         # ref000: graph mode wants task queue level 1; vLLM V1 and vllm-ascend's FLASHCOMM, dense optimize and MLP
-        # prefetch on; Ray leaves ASCEND_RT_VISIBLE_DEVICES alone
+        # prefetch on; Ray leaves ASCEND_RT_VISIBLE_DEVICES alone. VA: 0.23.0 pins triton-ascend 3.2.2
         "env": {**COMMON, **PRODUCTION, "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
                 "VLLM_ASCEND_ENABLE_FLASHCOMM": "1", "VLLM_ASCEND_ENABLE_DENSE_OPTIMIZE": "1",
                 "VLLM_ASCEND_ENABLE_PREFETCH_MLP": "1", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
-                "LD_PRELOAD": JEMALLOC},
+                "LD_PRELOAD": JEMALLOC, "ATB_CXX_ABI": "1", "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
         "absent": ["HCCL_HOST_SOCKET_PORT_RANGE", "SGLANG_DEEPEP_BF16_DISPATCH"],
-        "labels": {**CANN_851_A3, "io.ascend-images.stage": "vllm", "io.ascend-images.backend": "vllm",
-                   "io.ascend-images.vllm": "0.18.0", "io.ascend-images.vllm-ascend": "0.18.0",
-                   "io.ascend-images.triton-ascend": "3.2.0", "io.ascend-images.allocator": "jemalloc",
-                   "io.ascend-images.profile": "production"},
+        "labels": {**CANN_910_A3, "io.ascend-images.stage": "vllm", "io.ascend-images.backend": "vllm",
+                   "io.ascend-images.vllm": "0.23.0", "io.ascend-images.vllm-ascend": "0.23.0",
+                   "io.ascend-images.triton-ascend": "3.2.2", "io.ascend-images.allocator": "jemalloc",
+                   "io.ascend-images.profile": "production",
+                   "io.ascend-images.test-double": "cann,off-pypi-wheels"},
     },
-    f"sglang:0.5.10-{TAIL}": {
+    f"sglang:0.5.17-cann9.0.0-a3-debian12-py3.11-{ARCH}": {
         # ref002: SGLang's HCCL port ranges, Ray's device variable and DeepEP's BF16 dispatch
         "env": {**COMMON, **PRODUCTION, "HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050",
                 "HCCL_NPU_SOCKET_PORT_RANGE": "61000-61050", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
-                "SGLANG_DEEPEP_BF16_DISPATCH": "1", "LD_PRELOAD": JEMALLOC},
-        "absent": ["VLLM_USE_V1"],
-        "labels": {**CANN_850_A3, "io.ascend-images.stage": "sglang", "io.ascend-images.backend": "sglang",
-                   "io.ascend-images.sglang": "0.5.10", "io.ascend-images.sgl-kernel-npu": "2026.02.01",
-                   "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production"},
+                "SGLANG_DEEPEP_BF16_DISPATCH": "1", "LD_PRELOAD": JEMALLOC,
+                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.0.0"},
+        "absent": ["VLLM_USE_V1", "ATB_CXX_ABI"],
+        "labels": {**CANN_900_A3, "io.ascend-images.stage": "sglang", "io.ascend-images.backend": "sglang",
+                   "io.ascend-images.sglang": "0.5.17", "io.ascend-images.sgl-kernel-npu": "2026.7.27",
+                   "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production",
+                   "io.ascend-images.test-double": "cann,sgl-kernel-npu,off-pypi-wheels"},
     },
 }
 

@@ -140,18 +140,25 @@ def test_an_allocator_that_does_not_load_is_caught(docker_client, ci_images, wor
     assert not {"test_labels", "test_pip_check"} & set(result.failed), result.failed
 
 
-def test_a_conflict_no_override_explains_is_caught(docker_client, ci_images, work_dir, tmp_path):
-    """CI's vLLM image holds one known conflict (vLLM 0.18.0 wants opencv-python-headless>=4.13.0; its lock
-    overrides it to vllm-ascend's 4.11.0.86), which test_pip_check accepts because the lock's header declares the
-    override. With that header line gone, the very same installed packages fail it."""
+def test_a_gap_no_lock_header_explains_is_caught(docker_client, ci_images, work_dir, tmp_path):
+    """CI's vLLM image installs triton-ascend 3.2.2 --no-deps, as upstream does (the lock's `off-pypi` header): what
+    that package itself requires is not installed, and test_pip_check accepts exactly that. Given a requirement it
+    does not meet, the image still passes; with the header line gone, the very same installed packages fail."""
     serving = next(tag for tag in ci_images if "/vllm-ascend:" in tag)
     lock = docker_client.containers.run(serving, "cat /etc/ascend-images/backend-lock.txt", remove=True,
                                         entrypoint="").decode()
-    assert "\n# overrides: opencv-python-headless==4.11.0.86\n" in lock, "CI's vLLM image overrides nothing any more"
-    tag = derived(docker_client, serving, "ascend-images-test/broken-override:latest",
-                  "RUN sed -i '/^# overrides: /d' /etc/ascend-images/backend-lock.txt\n", tmp_path)
+    assert "\n# off-pypi: triton-ascend==3.2.2 " in lock, "CI's vLLM image installs nothing --no-deps any more"
+    where = "python -c \"import importlib.metadata as m; print(m.distribution('triton-ascend')._path)\""
+    gap = f"RUN echo 'Requires-Dist: ascend-made-up-compiler>=1' >> \"$({where})/METADATA\"\n"
+    (tmp_path / "2").mkdir()
+    explained = derived(docker_client, serving, "ascend-images-test/no-deps-gap:latest", gap, tmp_path)
+    unexplained = derived(docker_client, explained, "ascend-images-test/no-deps-gap-unexplained:latest",
+                          "RUN sed -i '/^# off-pypi: /d' /etc/ascend-images/backend-lock.txt\n", tmp_path / "2")
     try:
-        result = run_image_suite(tag, work_dir, ["-k", "test_pip_check or test_labels"])
+        ok = run_image_suite(explained, work_dir, ["-k", "test_pip_check or test_labels"])
+        bad = run_image_suite(unexplained, work_dir, ["-k", "test_pip_check or test_labels"])
     finally:
-        docker_client.images.remove(tag, force=True)
-    assert "test_pip_check" in result.failed and "test_labels" not in result.failed, result.failed
+        docker_client.images.remove(unexplained, force=True)
+        docker_client.images.remove(explained, force=True)
+    assert not ok.failed, ok.failed
+    assert "test_pip_check" in bad.failed and "test_labels" not in bad.failed, bad.failed

@@ -13,7 +13,7 @@ from ascend_images.release.registry import DOCKER_LIST, RegistryClient, Registry
 from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
-# A2 and A3 on each one's default release for backend none (A2: CANN 8.5.0, A3: 9.1.0), both in CI's selection
+# A2 and A3 on each one's default release for backend none (both CANN 9.1.0), both in CI's selection
 SELECTION = {"device": "a2,a3", "backend": "none"}
 
 
@@ -31,6 +31,52 @@ def test_test_double_images_are_refused(docker_client, ci_builds, registry):
     with pytest.raises(PublishError, match=refused):
         publish(registry, lines, allow_test_double=False)
     assert json.loads(registry.get("_catalog"))["repositories"] == []  # nothing pushed
+
+
+def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_them(
+        docker_client, ci_builds, fake_cann_dir, registry, tmp_path):
+    """An image whose CANN packages were trusted on first use on the build host (no pin in the committed pins.yaml)
+    is not published; the same image is, once pins.yaml pins each package to the sha256 it was built from. The image
+    is CI's A3 training base relabelled as built from real packages (the test-double label emptied)."""
+    import hashlib
+    import io
+
+    import yaml
+
+    from tests.conftest import ci_image_tags, remove_tags
+    from tests.fixtures.matrices import matrix_copy
+
+    (source,) = [t for t in ci_image_tags() if "torch-npu:2.10.0.post4-cann9.1.0-a3" in t]
+    namespace = "ascend-images-unpinned"
+    tag = source.replace(TEST_NAMESPACE, namespace, 1)
+    dockerfile = f'FROM {source}\nLABEL io.ascend-images.test-double=""\n'.encode()
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
+    files = ["Ascend-cann-toolkit_9.1.0_linux-aarch64.run", "Ascend-cann-A3-ops_9.1.0_linux-aarch64.run",
+             "Ascend-cann-nnal_9.1.0_linux-aarch64.run"]
+    sha = {f: hashlib.sha256((fake_cann_dir / f).read_bytes()).hexdigest() for f in files}
+    try:
+        def publish_with(pins: dict) -> list[str]:
+            path = matrix_copy(tmp_path / str(len(pins)), locks=True)
+            (path.parent / "pins.yaml").write_text(yaml.safe_dump({"pins": pins}))
+            sel = cli.Selection(matrix=str(path), arch=TEST_ARCH, device="a3", backend="none")
+            lines: list[str] = []
+            cli.publish(sel, lines.append, registry=f"{registry.host}/ascend", namespace=namespace,
+                        report_path=tmp_path / "report.json")
+            return lines
+
+        with pytest.raises(PublishError) as caught:
+            publish_with({})
+        message = str(caught.value)
+        assert "refusing to publish images built from downloads pins.yaml does not pin" in message
+        assert all(f"{f} (sha256 {sha[f]})" in message for f in files), message
+        assert json.loads(registry.get("_catalog"))["repositories"] == []  # nothing pushed
+        pinned = {f: {"url": f"https://example.invalid/{f}", "size": 1, "sha256": sha[f]} for f in files}
+        with pytest.raises(PublishError, match=files[1]):  # one pinned to other bytes: still refused
+            publish_with({**pinned, files[1]: {**pinned[files[1]], "sha256": "0" * 64}})
+        publish_with(pinned)
+        assert json.loads(registry.get("_catalog"))["repositories"] == ["ascend/torch-npu"]
+    finally:
+        remove_tags(docker_client, f"{namespace}/")
 
 
 def test_publish_then_pull_back_with_the_same_digests(docker_client, ci_builds, registry):

@@ -1,7 +1,7 @@
 """How far a backend package that CANN must compile builds from source here: vllm-ascend 0.23.0.post1 from PyPI's
 sdist (the first vllm-ascend sdist that carries its catlass sources), built as the backend stage builds a locked
 sdist (`pip --no-deps --no-build-isolation`, against the image's own packages and baked CANN env, no network), in
-CI's A3 vLLM image on the CANN 8.5.1 test double.
+CI's A3 vLLM image (vLLM-Ascend 0.23.0) on the CANN 9.1.0 test double.
 
 On a real CANN the build goes on to compile 42 custom operators; the double has no compiler. So the build must get
 exactly that far: SOC_VERSION and ASCEND_HOME_PATH reach setup.py from the image, csrc/build_aclnn.sh takes its A3

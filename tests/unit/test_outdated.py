@@ -110,10 +110,12 @@ def test_metadata_is_read_with_two_range_requests(index):
 
 def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     rows = rows_by_version(index, matrix)
-    assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("vllm-ascend", "0.24.0"),
-                         ("vllm-ascend", "0.25.0"), ("vllm-ascend", "0.26.0"), ("vllm", "0.24.0"),
-                         ("vllm", "0.26.0"), ("sglang", "0.5.18")}
-    # ^ no pre-release (2.13.0rc1), nothing the matrix already has or older
+    assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("torch-npu", "2.13.0rc1"),
+                         ("vllm-ascend", "0.24.0"), ("vllm-ascend", "0.25.0"), ("vllm-ascend", "0.26.0"),
+                         ("vllm", "0.24.0"), ("vllm", "0.26.0"), ("sglang", "0.5.18")}
+    # ^ nothing the matrix already has or older; the one pre-release newer than every final (upstream's newest rc
+    # line), with its verdict like any release
+    assert rows[("torch-npu", "2.13.0rc1")]["verdict"] == "ok"
     ok = rows[("torch-npu", "2.11.0")]
     assert ok["wheels"] == {"x86_64": True, "aarch64": True} and ok["pins"] == {"torch": "==2.11.0"}
     assert ok["verdict"] == "ok"
@@ -131,7 +133,8 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
         "ok; no sdist: build it from its git tag, https://github.com/sgl-project/sglang/archive/refs/tags/v0.5.18.tar.gz")
     vendor = index.url("/vendor/simple")
     assert rows[("vllm-ascend", "0.26.0")]["verdict"] == (
-        f"ok; triton-ascend==3.2.3 is not on this index but on {vendor} (package_indexes)")
+        f"ok; triton-ascend==3.2.3 is not on this index but on {vendor} (package_indexes); locked without it, "
+        "installed --no-deps (package_indexes.triton-ascend.no_deps)")
 
 
 def test_the_task_prints_a_table(index, matrix):
@@ -144,7 +147,8 @@ def test_the_task_prints_a_table(index, matrix):
     from packaging.version import Version
 
     newest = str(max(map(Version, pinned_versions(cli.Selection(str(matrix)).load())["torch-npu"])))
-    assert [line.split()[:3] for line in lines] == [["torch-npu", "2.12.0", newest], ["torch-npu", "2.11.0", newest]]
+    assert [line.split()[:3] for line in lines] == [["torch-npu", "2.13.0rc1", newest], ["torch-npu", "2.12.0", newest],
+                                                   ["torch-npu", "2.11.0", newest]]
 
 
 @pytest.mark.network
@@ -159,3 +163,15 @@ def test_live_pypi_lists_a_newer_vllm_ascend():
     assert rows, lines
     assert all(Version(r.version) > Version("0.23.0") for r in rows), lines
     assert all(r.sdist or any(r.wheels.values()) for r in rows), lines
+
+
+def test_a_pre_release_older_than_a_final_is_left_out_unless_asked():
+    from packaging.version import Version
+
+    from ascend_images.inputs.outdated import candidates
+    from ascend_images.inputs.pypi import IndexFile
+
+    names = ["pkg-1.1.0rc1.tar.gz", "pkg-1.1.0.tar.gz", "pkg-1.2.0rc1.tar.gz", "pkg-1.2.0rc2.tar.gz"]
+    files = [IndexFile(n, "", "") for n in names]
+    assert list(candidates(files, "pkg", Version("1.0"))) == ["1.2.0rc2", "1.1.0"]
+    assert list(candidates(files, "pkg", Version("1.0"), pre=True)) == ["1.2.0rc2", "1.2.0rc1", "1.1.0", "1.1.0rc1"]

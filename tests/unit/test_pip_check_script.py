@@ -85,3 +85,35 @@ def test_the_script_is_stdlib_only():
     """It runs in the image's venv before anything but the lock is installed: stdlib imports only."""
     imports = [line.split()[1] for line in SCRIPT.read_text().splitlines() if line.startswith(("import ", "from "))]
     assert set(imports) <= set(sys.stdlib_module_names)
+
+
+@pytest.fixture
+def no_deps_python(tmp_path) -> Path:
+    """vllm-ascend pinning triton-ascend 3.2.2, installed --no-deps with a requirement of its own left out (a
+    made-up one: PyPI's triton-ascend 3.2.0 declares none, so the double must), and a second, unrelated gap."""
+    root = tmp_path / "venv"
+    venv.create(root, with_pip=True)
+    site = next((root / "lib").glob("python3.*/site-packages"))
+    _dist(site, "vllm-ascend", "0.23.0", ["triton-ascend==3.2.2"])
+    _dist(site, "triton-ascend", "3.2.2", ["ascend-compiler>=1.0", "numpy>=2"])
+    _dist(site, "numpy", "1.26.4", [])
+    return root / "bin" / "python"
+
+
+def test_what_a_no_deps_package_requires_is_waived_for_it_alone(no_deps_python):
+    plain = subprocess.run([str(no_deps_python), "-m", "pip", "check"], capture_output=True, text=True)
+    assert "triton-ascend 3.2.2 requires ascend-compiler, which is not installed." in plain.stdout
+    assert "triton-ascend 3.2.2 has requirement numpy>=2, but you have numpy 1.26.4." in plain.stdout
+    result = _run(no_deps_python, "--no-deps", "triton-ascend==3.2.2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "waived (installed --no-deps as upstream does: triton-ascend==3.2.2): triton-ascend 3.2.2 requires " \
+           "ascend-compiler, which is not installed." in result.stdout
+    assert "has requirement numpy>=2" in result.stdout
+
+
+@pytest.mark.parametrize("args", [(), ("--no-deps", "triton-ascend==3.2.1"), ("--no-deps", "vllm-ascend==0.23.0"),
+                                  ("triton-ascend==3.2.2",)])
+def test_another_version_package_or_an_override_waives_nothing_of_it(no_deps_python, args):
+    result = _run(no_deps_python, *args)
+    assert result.returncode == 1
+    assert "triton-ascend 3.2.2 requires ascend-compiler" in result.stderr

@@ -48,8 +48,9 @@ def wanted_for(variants: list[Variant], cann: bool = True) -> list[Wanted]:
     return list(seen.values())
 
 
-def name_from_index(w: Wanted) -> Wanted:
-    """The file of a vendor wheel the lock does not name: the one its vendor's index lists for the platform."""
+def name_from_index(w: Wanted) -> tuple[Wanted, str]:
+    """The file of a vendor wheel the lock does not name: the one its vendor's index lists for the platform, and the
+    sha256 the index shows for it ("" if none). That sha256 checks the download; it is no pin (pins.yaml is)."""
     if w.file or w.wheel is None:
         return w
     spec, errors = w.wheel, []
@@ -60,7 +61,7 @@ def name_from_index(w: Wanted) -> Wanted:
             errors.append(str(exc))
             continue
         if found is not None:
-            return replace(w, file=found.file, url=found.url, sha256=found.sha256 or None)
+            return replace(w, file=found.file, url=found.url), found.sha256
     if errors:
         raise DownloadError(f"{spec}: its vendor index could not be read: {'; '.join(errors)}")
     raise DownloadError(f"{spec}: no such wheel on {', '.join(spec.index_urls) or 'any index matrix.yaml names'}")
@@ -78,9 +79,11 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
     results = []
     for w in wanted:
         known = {p.file: p for p in (*trusted.values(), *pins.values())}
+        index_sha256, lock_sha256 = "", w.sha256  # a lock's (PyPI's) sha256 is published; a named wheel's is a pin
         if not w.file:
-            w = local_wheel(w, None, cache, known) or name_from_index(w)
-        published = given.get(w.file) or w.sha256
+            named = local_wheel(w, None, cache, known)
+            w, index_sha256 = (named, "") if named else name_from_index(w)
+        published = given.get(w.file) or lock_sha256
         pin = pins.get(w.file)
         if published and pin and published != pin.sha256:
             raise SelectionError(f"{w.file}: pins.yaml pins sha256 {pin.sha256}, but {published} is published "
@@ -94,6 +97,7 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
             expected, origin = trust.sha256, f"trusted on first use on this host ({trust_file})"
         else:
             expected, origin = None, ""
+        check = expected or index_sha256 or None  # an index's sha256 checks this download, and pins nothing
         target = cache / w.file
         if target.is_file():
             got = sha256_file(target)
@@ -106,11 +110,12 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
                 raise SelectionError(f"{w.file}: no download URL in matrix.yaml; put the file in {cache}")
             out(f"fetch {w.file} <- {w.url}")
             try:
-                partial, got = fetch_file(Request(w.url, w.file, expected, w.headers), cache, policy=policy,
+                partial, got = fetch_file(Request(w.url, w.file, check, w.headers), cache, policy=policy,
                                           stream=stream, log=out)
             except DownloadError as exc:
-                if expected and "sha256" in str(exc):
-                    raise DownloadError(f"{exc}. The expected sha256 was {origin}: the file upstream changed; "
+                if check and "sha256" in str(exc):
+                    said = origin or "shown by the vendor's index"
+                    raise DownloadError(f"{exc}. The expected sha256 was {said}: the file upstream changed; "
                                         "refused") from None
                 raise
             commit(partial, cache, w.file)

@@ -87,15 +87,20 @@ def _wheel_arches(file: str) -> set[str]:
 
 
 def candidates(files: list[IndexFile], package: str, newer_than: Version, pre: bool = False) -> dict[str, list]:
+    """Every release newer than `newer_than`, newest first; without `pre`, pre-releases only where one is newer than
+    every final (upstream's newest rc line, e.g. vllm-ascend 0.30.0rc2 above 0.23.0), and then only that one."""
     by_version: dict[Version, list[tuple[IndexFile, str]]] = {}
     for f in files:
         parsed = _version(f.file)
         if parsed is None:
             continue
         version, kind = parsed
-        if version <= newer_than or (version.is_prerelease and not pre):
-            continue
-        by_version.setdefault(version, []).append((f, kind))
+        if version > newer_than:
+            by_version.setdefault(version, []).append((f, kind))
+    finals = [v for v in by_version if not v.is_prerelease]
+    if not pre:
+        newest_pre = max((v for v in by_version if v.is_prerelease and all(v > f for f in finals)), default=None)
+        by_version = {v: e for v, e in by_version.items() if not v.is_prerelease or v == newest_pre}
     return {str(v): by_version[v] for v in sorted(by_version, reverse=True)}
 
 
@@ -122,7 +127,8 @@ Elsewhere = Callable[[str, str], str | None]
 def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_index: Callable[[str, str], bool],
            metadata: Callable[[str], tuple[dict[str, str], str | None]],
            vllm_exceptions: dict[str, list[str]] | None = None,
-           elsewhere: Elsewhere = lambda name, version: None, sglang_tag_url: str | None = None) -> Candidate:
+           elsewhere: Elsewhere = lambda name, version: None, sglang_tag_url: str | None = None,
+           no_deps: frozenset[str] = frozenset()) -> Candidate:
     wheels = [f for f, kind in entries if kind == "wheel"]
     arches = set().union(*(_wheel_arches(f.file) for f in wheels)) if wheels else set()
     cand = Candidate(package, version, {a: a in arches for a in ARCHES}, any(k == "sdist" for _, k in entries))
@@ -136,18 +142,21 @@ def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_
     if not cand.wheels["aarch64"]:
         cand.problems.append("no aarch64 wheel" + (": built from the sdist" if cand.sdist else ", no sdist"))
     if package == "torch-npu":
-        want = version.split(".post")[0].split("+")[0]
+        want = Version(version).base_version  # 2.10.0.post4 and 2.13.0rc1 pin torch 2.10.0 and 2.13.0
         torch = cand.pins.get("torch")
         if torch and f"=={want}" not in torch.replace(" ", ""):
             cand.problems.append(f"pins torch{torch}, not =={want} (PT's rule)")
     for name, spec in cand.pins.items():
         if spec.startswith("==") and name != "torch" and not on_index(name, spec[2:]):
+            # resolved out of the lock and installed --no-deps from a file pins.yaml pins: it locks here
+            locks = f"; locked without it, installed --no-deps (package_indexes.{name}.no_deps)" if name in no_deps \
+                else ""
             where = elsewhere(name, spec[2:])
             if where and not where.startswith("unreachable"):
-                cand.notes.append(f"{name}{spec} is not on this index but on {where} (package_indexes)")
+                cand.notes.append(f"{name}{spec} is not on this index but on {where} (package_indexes){locks}")
             elif where:
                 cand.notes.append(f"{name}{spec} is not on this index; package_indexes names {where.split()[1]}, "
-                                  "which did not answer here (check it on a connected host)")
+                                  "which did not answer here (check it on a connected host)" + locks)
             else:
                 cand.problems.append(f"pins {name}{spec}, which this index does not have")
     if package == "vllm-ascend":
@@ -205,6 +214,7 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
                 return url
         return unreachable if normalize(name) in vendors else None
 
+    no_deps = frozenset(normalize(n) for n, spec in matrix.spec.package_indexes.items() if spec.no_deps)
     found = []
     for package, versions in pinned.items():
         if packages and package not in packages:
@@ -214,7 +224,8 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
         for version, entries in list(newer.items())[:limit]:
             tag = matrix.spec.backends["sglang"].artifacts.get("source_tag")
             found.append(assess(package, version, entries, on_index, metadata,
-                                matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None))
+                                matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None,
+                                no_deps))
     return found
 
 

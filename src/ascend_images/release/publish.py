@@ -1,7 +1,8 @@
 """Publish built images: per-arch tags first, then one manifest list per variant, then moving aliases.
 
 Order and guarantees:
-1. every per-arch image of every variant must be on the local engine, or nothing is pushed;
+1. every per-arch image of every variant must be on the local engine, built from no test double and from no download
+   that the committed pins.yaml does not pin (its downloads labels name each file and sha256), or nothing is pushed;
 2. every immutable tag (per-arch and list) already in the registry is compared with what would be pushed
    (by config digest, which equals the local image id): a different image is refused unless --force,
    before anything is pushed;
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from typing import Any
 import docker
 
 from ascend_images.errors import AscendImagesError
+from ascend_images.inputs.pins import Pin
 from ascend_images.matrix.model import Variant
 from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError, manifest_list, retry
+from ascend_images.stages.kinds import DOWNLOADS_LABEL
 from ascend_images.stages.names import TEST_DOUBLE_LABEL, alias, image_tag, list_tag, repo_name
 
 Out = Callable[[str], None]
@@ -86,10 +89,22 @@ def group_variants(variants: list[Variant], namespace: str, target: Target) -> l
         group.images[darch] = ArchImage(local, local.rpartition(":")[2], platform)
     return list(groups.values())
 
+def unpinned_downloads(labels: Mapping[str, str], pins: Mapping[str, Pin]) -> list[tuple[str, str]]:
+    """(file, sha256) of each download an image's labels name that `pins` does not pin to that sha256."""
+    out = []
+    for key, value in sorted(labels.items()):
+        if key.startswith(f"{DOWNLOADS_LABEL}."):
+            for file, sha256 in sorted(json.loads(value).items()):
+                pin = pins.get(file)
+                if pin is None or pin.sha256 != sha256:
+                    out.append((file, sha256))
+    return out
+
+
 class Publisher:
     def __init__(self, client: docker.DockerClient | None, registry: RegistryClient, target: Target, out: Out,
                  *, force: bool = False, dry_run: bool = False, allow_test_double: bool = False,
-                 on_step: Callable[[str, str], None] | None = None):
+                 on_step: Callable[[str, str], None] | None = None, pins: Mapping[str, Pin] | None = None):
         self.client = client
         self.registry = registry
         self.target = target
@@ -97,6 +112,7 @@ class Publisher:
         self.force = force
         self.dry_run = dry_run
         self.allow_test_double = allow_test_double
+        self.pins = dict(pins or {})  # the committed pins.yaml: the only record of a download publishing accepts
         self.on_step = on_step or (lambda event, ref: None)
         self.report: dict[str, Any] = {"registry": f"{target.registry}/{target.namespace}".rstrip("/"),
                                        "tags": {}, "skipped": [], "dry_run": dry_run}
@@ -106,7 +122,7 @@ class Publisher:
 
     # --- 1 and 2: check everything before writing anything ---------------------------------------
     def check_local(self, groups: list[VariantRelease]) -> None:
-        missing, doubles = [], []
+        missing, doubles, unpinned = [], [], []
         for group in groups:
             for image in group.images.values():
                 try:
@@ -116,9 +132,14 @@ class Publisher:
                     missing.append(image.local)
                     continue
                 image.image_id = attrs["Id"]
-                double = ((attrs.get("Config") or {}).get("Labels") or {}).get(TEST_DOUBLE_LABEL)
+                labels = (attrs.get("Config") or {}).get("Labels") or {}
+                double = labels.get(TEST_DOUBLE_LABEL)
                 if double:
                     doubles.append(f"{image.local} (test double: {double})")
+                    if self.allow_test_double:
+                        continue  # its downloads are the doubles, which no pin file holds
+                unpinned += [f"{image.local}: {file} (sha256 {sha256})" for file, sha256 in unpinned_downloads(
+                    labels, self.pins)]
         if missing:
             raise PublishError("not on this engine (build them first; nothing was pushed):\n"
                                + "\n".join(f"  - {m}" for m in missing))
@@ -126,6 +147,11 @@ class Publisher:
             raise PublishError("refusing to publish images built from test doubles (fake CANN or fake kernels; "
                                "nothing was pushed). Build them from real packages; --allow-test-double exists "
                                "for the project's own tests only:\n" + "\n".join(f"  - {d}" for d in doubles))
+        if unpinned:
+            raise PublishError("refusing to publish images built from downloads pins.yaml does not pin (nothing was "
+                               "pushed). On a connected host, `invoke fetch --record` with the same selection pins "
+                               "them: review and commit pins.yaml, then build again:\n"
+                               + "\n".join(f"  - {u}" for u in unpinned))
         for double in doubles:
             self.out(f"warning: publishing a test-double image (--allow-test-double): {double}")
 
