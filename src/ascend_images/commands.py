@@ -472,7 +472,7 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
     specs = lock_selection(sel, flags)
     failed = 0
     maker = LockMaker(out, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
-                      tuple(flags.extra_index_urls))
+                      tuple(flags.extra_index_urls), pins=read_pins(pins_path(matrix)))
     for spec in specs:
         path = spec.path(root)
         try:
@@ -482,6 +482,9 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
                 check_lock(spec, parse_lock(path))
                 out(f"ok      {path.relative_to(root.parent)}")
                 continue
+            blocked = matrix.spec.releases[spec.release].blocked
+            if blocked:  # the matrix knows it cannot be locked: say why instead of failing in the resolver
+                raise LockError(f"matrix.yaml marks release {spec.release} as blocked: {blocked}")
             started = time.monotonic()
             written = maker.make(spec, root)
             pins = parse_lock(written).pins

@@ -130,7 +130,8 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     assert "vllm 0.25.0 (vllm-ascend's rule) is not on this index" in blocked
     # no sdist (PyPI's sglang wheels are the CUDA build): buildable from the git tag matrix.yaml names
     assert rows[("sglang", "0.5.18")]["verdict"] == (
-        "ok; no sdist: build it from its git tag, https://github.com/sgl-project/sglang/archive/refs/tags/v0.5.18.tar.gz")
+        "ok; no sdist: build it from its git tag, https://github.com/sgl-project/sglang/archive/refs/tags/v0.5.18.tar.gz"
+        ", with its python/pyproject_npu.toml transcribed under upstream/ (npu_requirements)")
     vendor = index.url("/vendor/simple")
     assert rows[("vllm-ascend", "0.26.0")]["verdict"] == (
         f"ok; triton-ascend==3.2.3 is not on this index but on {vendor} (package_indexes); locked without it, "
@@ -171,7 +172,29 @@ def test_a_pre_release_older_than_a_final_is_left_out_unless_asked():
     from ascend_images.inputs.outdated import candidates
     from ascend_images.inputs.pypi import IndexFile
 
-    names = ["pkg-1.1.0rc1.tar.gz", "pkg-1.1.0.tar.gz", "pkg-1.2.0rc1.tar.gz", "pkg-1.2.0rc2.tar.gz"]
+    names = ["pkg-1.1.0rc1.tar.gz", "pkg-1.1.0.tar.gz", "pkg-1.2.0rc1.tar.gz", "pkg-1.2.0rc2.tar.gz",
+             "pkg-1.3.0rc1.tar.gz"]
     files = [IndexFile(n, "", "") for n in names]
-    assert list(candidates(files, "pkg", Version("1.0"))) == ["1.2.0rc2", "1.1.0"]
-    assert list(candidates(files, "pkg", Version("1.0"), pre=True)) == ["1.2.0rc2", "1.2.0rc1", "1.1.0", "1.1.0rc1"]
+    # each rc line above the newest final, by its newest rc; none below it
+    assert list(candidates(files, "pkg", Version("1.0"))) == ["1.3.0rc1", "1.2.0rc2", "1.1.0"]
+    assert list(candidates(files, "pkg", Version("1.0"), pre=True)) == [
+        "1.3.0rc1", "1.2.0rc2", "1.2.0rc1", "1.1.0", "1.1.0rc1"]
+
+
+def test_a_release_the_matrix_marks_blocked_is_shown_with_its_reason():
+    """vllm-ascend 0.26.0rc1 (a release in matrix.yaml, blocked): outdated still lists it as newer than what is built,
+    and its verdict is the matrix's reason, not 'ok'."""
+    from ascend_images.inputs.outdated import assess, blocked_releases, pinned_versions
+    from ascend_images.inputs.pypi import IndexFile
+    from ascend_images.matrix.model import load_matrix
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    blocked = blocked_releases(matrix)
+    assert set(blocked) == {("vllm-ascend", "0.26.0rc1")}
+    assert blocked["vllm-ascend", "0.26.0rc1"].startswith("release cann9.1.0-vllm0.26.0rc1 is blocked: vllm-ascend "
+                                                          "0.26.0rc1 pins fastapi<0.124.0")
+    assert "0.26.0rc1" not in pinned_versions(matrix)["vllm-ascend"]  # named, never built
+    entries = [(IndexFile("vllm_ascend-0.26.0rc1-cp311-cp311-manylinux_2_34_aarch64.whl", "", ""), "wheel")]
+    cand = assess("vllm-ascend", "0.26.0rc1", entries, lambda name, version: True, lambda url: ({}, ">=3.10"),
+                  blocked=blocked)
+    assert cand.verdict.startswith("matrix.yaml: release cann9.1.0-vllm0.26.0rc1 is blocked: ")

@@ -315,13 +315,14 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
 def load_lock(variant: Variant, root: Path | None = None) -> Lock:
     spec = lock_spec(variant)
     path = spec.path(root or locks_dir(variant.matrix))
+    if not path.is_file() and variant.release.blocked:
+        raise LockError(f"release {spec.release} cannot be built with backend {spec.backend}: matrix.yaml marks it "
+                        f"blocked: {variant.release.blocked}")
     if not path.is_file():
         raise LockError(
             f"no lock for {spec.release}/{spec.backend}/{spec.arch}: {path} does not exist. "
             f"Make it with: {spec.command}"
             + (f" (needs the torch index {spec.torch_index_url})" if spec.torch_index_url else "")
-            + (f". matrix.yaml says this release is blocked: {variant.release.blocked}"
-               if variant.release.blocked else "")
         )
     lock = parse_lock(path)
     check_lock(spec, lock)

@@ -51,6 +51,8 @@ def pinned_versions(matrix: Matrix) -> dict[str, set[str]]:
         out["torch-npu"].add(version)
         out["torch"].add(pair.torch)
     for release in spec.releases.values():
+        if release.blocked:  # named, not built: a newer release is still news, and this one says why (blocked_releases)
+            continue
         for backend in release.backends.model_fields_set:
             pins = getattr(release.backends, backend)
             if isinstance(pins, VllmPins):
@@ -60,6 +62,21 @@ def pinned_versions(matrix: Matrix) -> dict[str, set[str]]:
                     out["triton-ascend"].add(pins.triton_ascend)
             elif isinstance(pins, SglangPins):
                 out["sglang"].add(pins.sglang)
+    return out
+
+
+def blocked_releases(matrix: Matrix) -> dict[tuple[str, str], str]:
+    """(package, version) -> why the release that pins it is blocked, for the backend packages of blocked releases."""
+    out = {}
+    for name, release in matrix.spec.releases.items():
+        if not release.blocked:
+            continue
+        for backend in release.backends.model_fields_set:
+            pins = getattr(release.backends, backend)
+            if isinstance(pins, VllmPins):
+                out["vllm-ascend", pins.vllm_ascend] = f"release {name} is blocked: {release.blocked}"
+            elif isinstance(pins, SglangPins):
+                out["sglang", pins.sglang] = f"release {name} is blocked: {release.blocked}"
     return out
 
 
@@ -87,8 +104,8 @@ def _wheel_arches(file: str) -> set[str]:
 
 
 def candidates(files: list[IndexFile], package: str, newer_than: Version, pre: bool = False) -> dict[str, list]:
-    """Every release newer than `newer_than`, newest first; without `pre`, pre-releases only where one is newer than
-    every final (upstream's newest rc line, e.g. vllm-ascend 0.30.0rc2 above 0.23.0), and then only that one."""
+    """Every release newer than `newer_than`, newest first; without `pre`, of the pre-releases newer than every final
+    only the newest of each line (upstream's rc lines: vllm-ascend 0.30.0rc2, ..., 0.26.0rc1 above 0.23.0)."""
     by_version: dict[Version, list[tuple[IndexFile, str]]] = {}
     for f in files:
         parsed = _version(f.file)
@@ -99,8 +116,11 @@ def candidates(files: list[IndexFile], package: str, newer_than: Version, pre: b
             by_version.setdefault(version, []).append((f, kind))
     finals = [v for v in by_version if not v.is_prerelease]
     if not pre:
-        newest_pre = max((v for v in by_version if v.is_prerelease and all(v > f for f in finals)), default=None)
-        by_version = {v: e for v, e in by_version.items() if not v.is_prerelease or v == newest_pre}
+        lines: dict[str, Version] = {}
+        for v in by_version:
+            if v.is_prerelease and all(v > f for f in finals):
+                lines[v.base_version] = max(v, lines.get(v.base_version, v))
+        by_version = {v: e for v, e in by_version.items() if not v.is_prerelease or v in lines.values()}
     return {str(v): by_version[v] for v in sorted(by_version, reverse=True)}
 
 
@@ -128,7 +148,7 @@ def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_
            metadata: Callable[[str], tuple[dict[str, str], str | None]],
            vllm_exceptions: dict[str, list[str]] | None = None,
            elsewhere: Elsewhere = lambda name, version: None, sglang_tag_url: str | None = None,
-           no_deps: frozenset[str] = frozenset()) -> Candidate:
+           no_deps: frozenset[str] = frozenset(), blocked: dict[tuple[str, str], str] | None = None) -> Candidate:
     wheels = [f for f, kind in entries if kind == "wheel"]
     arches = set().union(*(_wheel_arches(f.file) for f in wheels)) if wheels else set()
     cand = Candidate(package, version, {a: a in arches for a in ARCHES}, any(k == "sdist" for _, k in entries))
@@ -164,9 +184,12 @@ def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_
         wanted = (vllm_exceptions or {}).get(version) or [Version(version).base_version]
         if not any(on_index("vllm", v) for v in wanted):
             cand.problems.append(f"vllm {' or '.join(wanted)} (vllm-ascend's rule) is not on this index")
+    if (package, version) in (blocked or {}):
+        cand.problems.append(f"matrix.yaml: {(blocked or {})[package, version]}")
     if package == "sglang" and not cand.sdist:
         if sglang_tag_url:  # backends.sglang.artifacts.source_tag: releases say `tree: git-tag`
-            cand.notes.append(f"no sdist: build it from its git tag, {sglang_tag_url.format(version=version)}")
+            cand.notes.append(f"no sdist: build it from its git tag, {sglang_tag_url.format(version=version)}, with "
+                              "its python/pyproject_npu.toml transcribed under upstream/ (npu_requirements)")
         else:
             cand.problems.append("no sdist: the NPU build needs the tagged source tree")
     return cand
@@ -215,6 +238,7 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
         return unreachable if normalize(name) in vendors else None
 
     no_deps = frozenset(normalize(n) for n, spec in matrix.spec.package_indexes.items() if spec.no_deps)
+    blocked = blocked_releases(matrix)
     found = []
     for package, versions in pinned.items():
         if packages and package not in packages:
@@ -225,7 +249,7 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
             tag = matrix.spec.backends["sglang"].artifacts.get("source_tag")
             found.append(assess(package, version, entries, on_index, metadata,
                                 matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None,
-                                no_deps))
+                                no_deps, blocked))
     return found
 
 
