@@ -85,3 +85,42 @@ def test_a_client_that_goes_away_prints_no_traceback(tmp_path, capfd):
             client.close()
         time.sleep(0.5)
     assert "Traceback" not in capfd.readouterr().err
+
+
+# --- the built-wheels cache: a wheel compiled by one build is handed to the next ---------------------------------
+WHEEL = "arctic_inference-0.1.1-cp311-cp311-linux_aarch64.whl"
+
+
+def put(url: str, data: bytes, length: str | None = None) -> int:
+    request = urllib.request.Request(url, data=data, method="PUT")
+    if length is not None:
+        request.add_unredirected_header("Content-Length", length)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_built_wheel_is_kept_once_and_listed_for_the_next_build(tmp_path):
+    cache = tmp_path / "built"
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "offline_dep-1.0-py3-none-any.whl").write_bytes(b"h")
+    with BuildServer(BuildInputs(wheelhouse=house), port=0, built_wheels=cache) as server:
+        base = f"{server.url}/built-wheels/debian12/"
+        assert get(base).count(b"<a ") == 1  # nothing built yet: only the wheelhouse's, for offline builds
+        assert put(base + WHEEL, b"first") == 201
+        assert (cache / "debian12" / WHEEL).read_bytes() == b"first"
+        assert put(base + WHEEL, b"second") == 200  # the first one stays
+        assert (cache / "debian12" / WHEEL).read_bytes() == b"first"
+        listing = get(base).decode()
+        assert f'href="{WHEEL}"' in listing and 'href="../../wheelhouse/offline_dep-1.0-py3-none-any.whl"' in listing
+        assert get(base + WHEEL) == b"first"
+        assert get(f"{server.url}/built-wheels/ubuntu22.04/").count(b"<a ") == 1  # per OS: another glibc
+        # nothing but a wheel name, directly in an OS directory, is written
+        for bad in ("../evil.whl", "not-a-wheel.txt", ".hidden-1.0-py3-none-any.whl"):
+            assert put(base + bad, b"x") == 404, bad
+        assert put(f"{server.url}/built-wheels/../x/{WHEEL}", b"x") == 404
+        assert put(f"{server.url}/built-wheels/.git/{WHEEL}", b"x") == 404
+        assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == ["debian12", f"debian12/{WHEEL}"]

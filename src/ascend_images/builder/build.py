@@ -31,6 +31,7 @@ from ascend_images.builder.engine import disk_full
 from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
 from ascend_images.builder.stagecache import StageCache
 from ascend_images.errors import BuildError, Interrupted
+from ascend_images.inputs.cache import default_built_wheels
 from ascend_images.inputs.sources import BuildInputs, Sources
 from ascend_images.stages.envcapture import capture_env
 from ascend_images.stages.kinds import KINDS
@@ -58,6 +59,8 @@ class BuildSettings:
     revision: str = ""  # org.opencontainers.image.revision
     stage_cache: str | None = None  # REGISTRY/NAMESPACE: look stages up there by key, push them after (stagecache)
     stage_cache_read_only: bool = False
+    # wheels compiled from locked sdists, kept for every later build (buildserver: /built-wheels/)
+    built_wheels: Path = field(default_factory=default_built_wheels)
 
 
 @dataclass
@@ -336,7 +339,8 @@ class Builder:
         sources = self.settings.sources
         cann_dir = sources.cann.directory if sources.cann.kind == "local" else sources.cann.cache
         artifacts_dir = sources.artifacts.directory or sources.artifacts.cache
-        with BuildServer(self.settings.inputs, cann_dir, artifacts_dir) as server:
+        with BuildServer(self.settings.inputs, cann_dir, artifacts_dir,
+                         built_wheels=self.settings.built_wheels) as server:
             if self.settings.jobs > 1:
                 self._build_parallel(plan, server)
             else:

@@ -12,6 +12,9 @@ Served paths:
   /cann/<file>        a directory of CANN .run packages (--cann-source local)
   /artifacts/<file>   a directory of other downloads: SGLang sources, sgl-kernel-npu zips (--artifacts-dir)
   /wheelhouse/        a directory of wheels, as a find-links listing (--wheelhouse)
+  /built-wheels/<os>/ wheels compiled from locked sdists by earlier builds (a find-links listing, the wheelhouse's
+                      wheels included), and PUT of one a build compiled: one cache on the host, so a package is
+                      compiled once per (name, version, arch, Python, OS), whichever release or build needs it
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import threading
 import urllib.parse
 from pathlib import Path
 from types import TracebackType
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ascend_images.inputs.sources import BuildInputs
 
@@ -44,6 +49,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             return
         rel = path[len(prefix):]
+        if self._built_wheels(rel):
+            return
         if rel in self.server.documents:
             self._send_bytes(self.server.documents[rel], "text/plain")
             return
@@ -61,6 +68,61 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._send_file(target)
                 return
         self.send_error(404)
+
+    def do_PUT(self) -> None:
+        """A wheel a build compiled, into the built-wheels cache: a valid wheel name, a size given, first one kept."""
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        prefix, cache = self.server.prefix, self.server.built_wheels
+        rel = path[len(prefix):] if path.startswith(prefix + "/") else ""
+        parts = rel.split("/")
+        if cache is None or len(parts) != 4 or parts[1] != "built-wheels" or not _plain(parts[2]) or \
+                not _wheel_name(parts[3]):
+            self.send_error(404)
+            return
+        try:
+            size = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            size = -1
+        if not 0 < size <= MAX_WHEEL:
+            self.send_error(411 if size < 0 else 413)
+            return
+        target = cache / parts[2] / parts[3]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{parts[3]}.{secrets.token_hex(4)}.part")
+        with tmp.open("wb") as handle:
+            left = size
+            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 20))):
+                handle.write(chunk)
+                left -= len(chunk)
+        if left > 0 or target.exists():  # cut short, or another build kept its own first
+            tmp.unlink()
+            self.send_response(400 if left > 0 else 200)
+        else:
+            tmp.replace(target)
+            self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _built_wheels(self, rel: str) -> bool:
+        """GET /built-wheels/<os>/ (a listing: the cache's wheels and the wheelhouse's) or one cached wheel."""
+        cache, parts = self.server.built_wheels, rel.split("/")
+        if cache is None or len(parts) != 4 or parts[1] != "built-wheels" or not _plain(parts[2]):
+            return False
+        directory = cache / parts[2]
+        if parts[3] == "":
+            files = [p for p in sorted(directory.glob("*.whl")) if p.is_file()] if directory.is_dir() else []
+            links = [(p.name, p.name) for p in files]
+            wheelhouse = self.server.mounts.get("/wheelhouse")
+            if wheelhouse is not None:
+                links += [(f"../../wheelhouse/{p.name}", p.name) for p in sorted(wheelhouse.iterdir()) if p.is_file()]
+            body = "".join(f'<a href="{html.escape(urllib.parse.quote(href))}">{html.escape(name)}</a><br>\n'
+                           for href, name in links)
+            self._send_bytes(f"<html><body>\n{body}</body></html>\n".encode(), "text/html")
+        elif _wheel_name(parts[3]) and (directory / parts[3]).is_file():
+            self._send_file(directory / parts[3])
+        else:
+            self.send_error(404)
+        return True
 
     def _send_bytes(self, data: bytes, content_type: str) -> None:
         self.send_response(200)
@@ -88,6 +150,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send_bytes(f"<html><body>\n{links}</body></html>\n".encode(), "text/html")
 
 
+MAX_WHEEL = 2 << 30  # a compiled wheel larger than 2 GiB is no wheel of ours
+
+
+def _plain(name: str) -> bool:
+    """A single path segment: no separator, no dot-dot, nothing hidden."""
+    return bool(name) and "/" not in name and not name.startswith(".")
+
+
+def _wheel_name(name: str) -> bool:
+    if not _plain(name):
+        return False
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return False
+    return True
+
+
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
@@ -103,6 +183,7 @@ class _Server(http.server.ThreadingHTTPServer):
         self.prefix = ""
         self.documents: dict[str, bytes] = {}
         self.mounts: dict[str, Path] = {}
+        self.built_wheels: Path | None = None
         self.requests: list[str] = []
 
 
@@ -110,10 +191,11 @@ class BuildServer:
     """Context manager: `with BuildServer(inputs, cann_dir) as server: server.url`."""
 
     def __init__(self, inputs: BuildInputs, cann_dir: Path | None = None, artifacts_dir: Path | None = None,
-                 port: int = PREFERRED_PORT):
+                 port: int = PREFERRED_PORT, built_wheels: Path | None = None):
         self.inputs = inputs
         self.cann_dir = cann_dir
         self.artifacts_dir = artifacts_dir
+        self.built_wheels = built_wheels
         self.port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -150,6 +232,7 @@ class BuildServer:
             server.mounts["/cann"] = self.cann_dir
         if self.artifacts_dir is not None:
             server.mounts["/artifacts"] = self.artifacts_dir
+        server.built_wheels = self.built_wheels
         os_mirror = self.inputs.os_mirror_document()
         if os_mirror is not None:
             server.documents["/secrets/os-mirror"] = os_mirror

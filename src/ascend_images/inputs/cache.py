@@ -27,6 +27,12 @@ from ascend_images.matrix.model import Matrix, Variant
 Out = Callable[[str], None]
 
 
+def default_built_wheels() -> Path:
+    """Where wheels compiled from locked sdists are kept between builds (the build server's /built-wheels/)."""
+    override = os.environ.get("ASCEND_IMAGES_BUILT_WHEELS")
+    return Path(override) if override else Path.home() / ".cache" / "ascend-images" / "built-wheels"
+
+
 def default_cache() -> Path:
     override = os.environ.get("ASCEND_IMAGES_CACHE")
     return Path(override) if override else Path.home() / ".cache" / "ascend-images" / "downloads"

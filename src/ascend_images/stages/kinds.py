@@ -247,6 +247,7 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
             raise
         sdist = {"file": "lock-missing.tar.gz", "url": "lock-missing", "sha256": MISSING_SHA256}
         return ({"sdist": sdist, "archive": None, "build_requirements": ["setuptools"], "from_source": [],
+                 "from_source_pins": [],
                  "overrides": [], "no_deps": [], "subdir": "", "missing": str(exc)},
                 f"# LOCK MISSING OR STALE: {exc}\n".encode())
     (wanted,) = sdist_wanted(v)
@@ -265,6 +266,7 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
         archive = sdist
     return ({"sdist": {"file": sdist.file, "url": sdist.url, "sha256": sdist.sha256}, "archive": archive,
              "build_requirements": list(lock.build_requirements), "from_source": list(lock.from_source),
+             "from_source_pins": [f"{name}=={lock.pins[name]}" for name in lock.from_source],
              "subdir": lock.source_subdir, "overrides": list(lock.overrides),
              "no_deps": [f"{f.name}=={f.version}" for f in lock.off_pypi], "missing": ""}, lock.text.encode())
 

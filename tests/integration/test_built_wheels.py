@@ -1,0 +1,102 @@
+"""A package a backend lock builds from its sdist is compiled once per (name, version, arch, Python, OS): the vLLM
+stage's own RUN lines (rendered from images/, only the pin swapped for a probe package) run twice in two fresh
+containers of CI's base image, against the build server's built-wheels cache on the host. The first compiles and
+keeps the wheel; the second takes it and compiles nothing.
+
+The probe is an sdist made here with an in-tree PEP 517 backend (no build requirement, as the stage builds without
+isolation), served from a PEP 503 index on 127.0.0.1 like PyPI serves arctic-inference's."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import tarfile
+
+import pytest
+
+from ascend_images.builder.buildserver import BuildServer
+from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
+from ascend_images.matrix.model import load_matrix, select
+from ascend_images.stages.plan import PlanOptions, make_plan
+from ascend_images.stages.render import Renderer
+from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
+from tests.fixtures.httpserver import Server
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+BACKEND = '''
+import base64, hashlib, io, sys, zipfile
+def _record(name, data):
+    return f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    print("PROBE BACKEND COMPILED A WHEEL", file=sys.stderr)
+    files = {"probe_pkg/__init__.py": b"", "probe_pkg-1.0.dist-info/METADATA":
+             b"Metadata-Version: 2.1\\nName: probe-pkg\\nVersion: 1.0\\n",
+             "probe_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+    name = "probe_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(f"{wheel_directory}/{name}", "w") as whl:
+        for n, d in files.items():
+            whl.writestr(n, d)
+        whl.writestr("probe_pkg-1.0.dist-info/RECORD", "\\n".join([*(_record(n, d) for n, d in files.items()),
+                                                                   "probe_pkg-1.0.dist-info/RECORD,,"]) + "\\n")
+    return name
+'''
+
+
+def probe_sdist() -> bytes:
+    files = {"probe-pkg-1.0/pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                             b'backend-path = ["."]\n[project]\nname = "probe-pkg"\nversion = "1.0"\n',
+             "probe-pkg-1.0/backend.py": BACKEND.encode(),
+             "probe-pkg-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: probe-pkg\nVersion: 1.0\n"}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def compile_once_lines() -> str:
+    """The vLLM stage's lines that compile its from-source packages and keep the wheels, as images/ renders them."""
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    (variant,) = select(matrix, device="a3", backend="vllm", arch="aarch64")
+    sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
+    stage = make_plan([variant], PlanOptions(sources.cann)).top(variant)
+    ctx, _ = Renderer().context(stage, sources)
+    text = Renderer().render_text(stage, ctx)
+    match = re.search(r"(work=\$\(mktemp -d /tmp/\.built-wheels\.XXXXXX\).*?\n *done)", text, re.DOTALL)
+    assert match, "the vLLM stage has no compile-once lines"
+    assert "arctic-inference==0.1.1" in match.group(1)
+    return match.group(1).replace("arctic-inference==0.1.1", "probe-pkg==1.0")
+
+
+def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_builds, tmp_path):
+    base = f"{TEST_NAMESPACE}/base:debian12-py3.11-{'arm64' if TEST_ARCH == 'aarch64' else 'amd64'}"
+    sdist = probe_sdist()
+    index = Server()
+    index.files["/simple/probe-pkg/"] = (f'<a href="/files/probe-pkg-1.0.tar.gz#sha256='
+                                         f'{hashlib.sha256(sdist).hexdigest()}">probe-pkg-1.0.tar.gz</a>').encode()
+    index.files["/files/probe-pkg-1.0.tar.gz"] = sdist
+    cache = tmp_path / "built-wheels"
+    script = "set -e\n" + compile_once_lines() + '\nls "$work"\n'
+    outputs = []
+    try:
+        inputs = BuildInputs(pip_index_url=index.url("/simple"))
+        with BuildServer(inputs, port=0, built_wheels=cache) as server:
+            for _ in range(2):  # two builds: fresh containers, the host's cache between them
+                out = docker_client.containers.run(base, ["bash", "-c", script], entrypoint=[], remove=True,
+                                                   network_mode="host", stderr=True,
+                                                   environment={"ASCEND_BUILD_SERVER": server.url})
+                outputs.append(out.decode(errors="replace"))
+    finally:
+        index.stop()
+    first, second = outputs
+    assert "Building wheel for probe-pkg" in first and "probe_pkg-1.0-py3-none-any.whl" in first, first[-2000:]
+    assert (cache / "debian12" / "probe_pkg-1.0-py3-none-any.whl").is_file()  # kept on the host, under its OS
+    assert "Building wheel for probe-pkg" not in second, second[-2000:]  # taken, not compiled again
+    assert second.rstrip().endswith("probe_pkg-1.0-py3-none-any.whl"), second[-2000:]
+    assert [p for p, _ in index.requests if p.endswith(".tar.gz")] == ["/files/probe-pkg-1.0.tar.gz"]  # sdist once
