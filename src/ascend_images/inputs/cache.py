@@ -73,6 +73,22 @@ def name_from_index(w: Wanted) -> tuple[Wanted, str]:
     raise DownloadError(f"{spec}: no such wheel on {', '.join(spec.index_urls) or 'any index matrix.yaml names'}")
 
 
+def expectation(file: str, published: str | None, pin: Pin | None, trust: Pin | None, pin_file: Path,
+                trust_file: Path) -> tuple[str | None, str]:
+    """The sha256 a file must have and where that comes from: published (matrix, lock, --checksums), else the
+    committed pin, else this host's trust record; (None, "") when nothing vouches for it yet."""
+    if published and pin and published != pin.sha256:
+        raise SelectionError(f"{file}: pins.yaml pins sha256 {pin.sha256}, but {published} is published "
+                             "(matrix.yaml, the lock or --checksums); correct the wrong one")
+    if published:
+        return published, "published"
+    if pin:
+        return pin.sha256, f"pinned in {pin_file}"
+    if trust:
+        return trust.sha256, f"trusted on first use on this host ({trust_file})"
+    return None, ""
+
+
 def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, checksums: dict[str, str] | None = None,
               policy: Policy | None = None, stream: TextIO | None = None, record: bool = False) -> list[FetchResult]:
     """Download (or find in the cache) each file; a failure stops at once with nothing left under a final name.
@@ -90,19 +106,8 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
             named = local_wheel(w, None, cache, known)
             w, index_sha256 = (named, "") if named else name_from_index(w)
         published = given.get(w.file) or lock_sha256
-        pin = pins.get(w.file)
-        if published and pin and published != pin.sha256:
-            raise SelectionError(f"{w.file}: pins.yaml pins sha256 {pin.sha256}, but {published} is published "
-                                 "(matrix.yaml, the lock or --checksums); correct the wrong one")
-        trust = trusted.get(w.file)
-        if published:
-            expected, origin = published, "published"
-        elif pin:
-            expected, origin = pin.sha256, f"pinned in {pin_file}"
-        elif trust:
-            expected, origin = trust.sha256, f"trusted on first use on this host ({trust_file})"
-        else:
-            expected, origin = None, ""
+        pin, trust = pins.get(w.file), trusted.get(w.file)
+        expected, origin = expectation(w.file, published, pin, trust, pin_file, trust_file)
         check = expected or index_sha256 or None  # an index's sha256 checks this download, and pins nothing
         target = cache / w.file
         if target.is_file():
