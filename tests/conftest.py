@@ -170,7 +170,7 @@ def fake_artifacts_dir(work_dir: Path) -> Path:
 
     out = work_dir / "fake-artifacts"
     write_zips(out, arches=[TEST_ARCH])
-    write_wheels(out, arches=[TEST_ARCH])
+    write_wheels(out, arches=[TEST_ARCH], pypi_code=work_dir / "pypi")
     write_archive(out, SGLANG_TAG, wheel_sources(SGLANG_TAG, work_dir / "pypi"))
     return out
 
