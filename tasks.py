@@ -401,6 +401,31 @@ def inspect(c, image, json=False):
     _run(cli.inspect_image, image, print, json)
 
 
+ATTEST_HELP = {"image": "a local image, or a published one: HOST[:PORT]/REPO:TAG",
+               "arch": "of a published list: x86_64 or aarch64 (default aarch64)",
+               "matrix": SELECTION_HELP["matrix"]}
+
+
+@task(help={**ATTEST_HELP, "licenses": "sum the licences up instead of printing the SBOM"})
+def sbom(c, image, arch="aarch64", matrix="matrix.yaml", licenses=False):
+    """The image's SBOM (CycloneDX 1.6): made from the local image, or read from the registry it was published to."""
+    _run(cli.show_sbom, image, print, matrix=matrix, arch=arch, licenses=licenses)
+
+
+@task(help=ATTEST_HELP)
+def provenance(c, image, arch="aarch64", matrix="matrix.yaml"):
+    """The image's provenance (in-toto statement, SLSA v1): made from the local image, or read from the registry."""
+    _run(cli.show_provenance, image, print, matrix=matrix, arch=arch)
+
+
+@task(help=ATTEST_HELP)
+def verify(c, image, arch="aarch64", matrix="matrix.yaml"):
+    """Check an image's SBOM and provenance against this checkout: locks, pins.yaml, commit, content key, doubles."""
+    code = _run(cli.verify_image, image, print, matrix=matrix, arch=arch)
+    if code:
+        raise Exit(code=code)
+
+
 @task(help={"a": "first image", "b": "second image"})
 def diff(c, a, b):
     """What differs between two images: labels, CANN packages, Python packages, environment."""

@@ -375,7 +375,9 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
             on_step: Callable[[str, str], None] | None = None, only: str = "all",
             allow_test_double: bool = False) -> dict:
     """Push the selection's images (as built: the same flags as `invoke build`) to REGISTRY."""
+    from ascend_images.builder.build import git_revision
     from ascend_images.builder.engine import connect
+    from ascend_images.release.attest import Attestor, matrix_digest
     from ascend_images.release.publish import Publisher, Target, group_variants, write_report
     from ascend_images.release.registry import RegistryClient
 
@@ -385,9 +387,14 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
     check_rules(variants, out)
     groups = group_variants(variants, namespace, target)
     # the merge job writes lists from what the registry holds: it needs no engine, and may run where none is
-    publisher = Publisher(None if only == "lists" else connect(), RegistryClient(target.registry), target, out,
-                          force=force, dry_run=dry_run, allow_test_double=allow_test_double, on_step=on_step,
-                          pins=read_pins(pins_path(matrix)))
+    client = None if only == "lists" else connect()
+    registry_client = RegistryClient(target.registry)
+    pins = read_pins(pins_path(matrix))
+    attestor = None if client is None or dry_run else Attestor(
+        client, registry_client, pins, out, commit=git_revision(PROJECT_ROOT),
+        matrix_sha256=matrix_digest(matrix.path))
+    publisher = Publisher(client, registry_client, target, out, force=force, dry_run=dry_run,
+                          allow_test_double=allow_test_double, on_step=on_step, pins=pins, attestor=attestor)
     report = publisher.run(groups, only=only)
     if not dry_run:
         write_report(report, report_path)
@@ -412,6 +419,62 @@ def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[st
     else:
         out(table(rows, pinned_versions(matrix)) if rows else "nothing newer than the matrix on the index")
     return rows
+
+
+# --- invoke sbom / provenance / verify -----------------------------------------------------------------
+def image_attestations(ref: str, matrix_path: str, arch: str):
+    """An image's SBOM and provenance: made now from the engine's image when it has `ref`, else read from the
+    registry `ref` names (a list resolves to its `arch` image)."""
+    import docker
+
+    from ascend_images.builder.build import git_revision
+    from ascend_images.builder.engine import connect
+    from ascend_images.release.attest import from_engine, from_registry, matrix_digest
+
+    matrix = Selection(matrix_path).load()
+    try:
+        client = connect()
+        client.images.get(ref)
+    except (docker.errors.ImageNotFound, AscendImagesError, docker.errors.DockerException):
+        client = None
+    if client is not None:
+        return from_engine(client, ref, read_pins(pins_path(matrix)), commit=git_revision(PROJECT_ROOT),
+                           matrix_sha256=matrix_digest(matrix.path)), matrix
+    return from_registry(ref, matrix.spec.arches[arch].debian_arch), matrix
+
+
+def show_sbom(ref: str, out: Out, *, matrix: str = "matrix.yaml", arch: str = "aarch64",
+              licenses: bool = False) -> dict:
+    from ascend_images.release.sbom import license_summary
+
+    docs, _ = image_attestations(ref, matrix, arch)
+    if licenses:
+        rows = license_summary(docs.sbom)
+        out(f"{'components':>10}  licence (as each package's metadata states it; {docs.source})")
+        for licence, count in rows:
+            out(f"{count:>10}  {licence}")
+    else:
+        out(json.dumps(docs.sbom, indent=2))
+    return docs.sbom
+
+
+def show_provenance(ref: str, out: Out, *, matrix: str = "matrix.yaml", arch: str = "aarch64") -> dict:
+    docs, _ = image_attestations(ref, matrix, arch)
+    out(json.dumps(docs.provenance, indent=2))
+    return docs.provenance
+
+
+def verify_image(ref: str, out: Out, *, matrix: str = "matrix.yaml", arch: str = "aarch64") -> int:
+    """One line per finding, exit 1 when there is any (see release.attest.findings)."""
+    from ascend_images.release.attest import findings
+
+    docs, loaded = image_attestations(ref, matrix, arch)
+    found = findings(docs, locks_dir=locks_dir(loaded), pins=read_pins(pins_path(loaded)), checkout=PROJECT_ROOT)
+    for line in found:
+        out(f"FAIL  {line}")
+    where = "made from the engine's image" if docs.source == "engine" else "read from the registry"
+    out(f"{ref}: {len(found)} finding(s) (SBOM and provenance {where})")
+    return 1 if found else 0
 
 
 # --- invoke inspect / diff -------------------------------------------------------------------------

@@ -4,6 +4,7 @@ immutability; a registry stopped mid-publish, then restarted, and a re-run that 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -49,20 +50,21 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
     (source,) = [t for t in ci_image_tags() if "torch-npu:2.10.0.post4-cann9.1.0-a3" in t]
     namespace = "ascend-images-unpinned"
     tag = source.replace(TEST_NAMESPACE, namespace, 1)
-    dockerfile = f'FROM {source}\nLABEL io.ascend-images.test-double=""\n'.encode()
+    # as this checkout would build it from real packages: no test-double label, and this checkout's commit
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dockerfile = (f'FROM {source}\nLABEL io.ascend-images.test-double="" '
+                  f'org.opencontainers.image.revision="{head}"\n').encode()
     docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
     files = ["Ascend-cann-toolkit_9.1.0_linux-aarch64.run", "Ascend-cann-A3-ops_9.1.0_linux-aarch64.run",
              "Ascend-cann-nnal_9.1.0_linux-aarch64.run"]
     sha = {f: hashlib.sha256((fake_cann_dir / f).read_bytes()).hexdigest() for f in files}
     try:
-        def publish_with(pins: dict) -> list[str]:
+        def publish_with(pins: dict) -> dict:
             path = matrix_copy(tmp_path / str(len(pins)), locks=True)
             (path.parent / "pins.yaml").write_text(yaml.safe_dump({"pins": pins}))
             sel = cli.Selection(matrix=str(path), arch=TEST_ARCH, device="a3", backend="none")
-            lines: list[str] = []
-            cli.publish(sel, lines.append, registry=f"{registry.host}/ascend", namespace=namespace,
-                        report_path=tmp_path / "report.json")
-            return lines
+            return cli.publish(sel, [].append, registry=f"{registry.host}/ascend", namespace=namespace,
+                               report_path=tmp_path / "report.json")
 
         with pytest.raises(PublishError) as caught:
             publish_with({})
@@ -73,8 +75,18 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
         pinned = {f: {"url": f"https://example.invalid/{f}", "size": 1, "sha256": sha[f]} for f in files}
         with pytest.raises(PublishError, match=files[1]):  # one pinned to other bytes: still refused
             publish_with({**pinned, files[1]: {**pinned[files[1]], "sha256": "0" * 64}})
-        publish_with(pinned)
+        report = publish_with(pinned)
         assert json.loads(registry.get("_catalog"))["repositories"] == ["ascend/torch-npu"]
+        # `invoke verify` on what the registry now holds, against this checkout with those pins: nothing to say
+        ((ref, _),) = report["attestations"].items()
+        lines: list[str] = []
+        pinned_matrix = str(tmp_path / str(len(pinned)) / "matrix.yaml")
+        # read from the registry, not made from a local image: the engine keeps no tag of it
+        remove_tags(docker_client, f"{namespace}/")
+        remove_tags(docker_client, f"{registry.host}/", noprune=True)
+        assert cli.verify_image(f"{registry.host}/{ref.split('/', 1)[1]}", lines.append, matrix=pinned_matrix) == 0, \
+            lines
+        assert lines[-1].endswith("0 finding(s) (SBOM and provenance read from the registry)")
     finally:
         remove_tags(docker_client, f"{namespace}/")
 

@@ -8,7 +8,8 @@ Order and guarantees:
    before anything is pushed;
 3. per-arch tags are pushed by the engine; transient failures are retried, definitive ones are not;
 4. a manifest list is written only when every platform of its variant is in the registry;
-5. aliases (latest-<device>-<backend>) move only after every immutable tag of the selection is in place.
+5. aliases (latest-<device>-<backend>) move only after every immutable tag of the selection is in place;
+6. each per-arch image pushed gets its SBOM and provenance attached as OCI referrers (release.attest).
 A failure at any point leaves no alias on a half-published variant; running again completes the job.
 """
 
@@ -26,6 +27,7 @@ import docker
 from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.pins import Pin
 from ascend_images.matrix.model import Variant
+from ascend_images.release.attest import Attestor
 from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError, manifest_list, retry
 from ascend_images.stages.kinds import DOWNLOADS_LABEL
 from ascend_images.stages.names import TEST_DOUBLE_LABEL, alias, image_tag, list_tag, repo_name
@@ -104,7 +106,8 @@ def unpinned_downloads(labels: Mapping[str, str], pins: Mapping[str, Pin]) -> li
 class Publisher:
     def __init__(self, client: docker.DockerClient | None, registry: RegistryClient, target: Target, out: Out,
                  *, force: bool = False, dry_run: bool = False, allow_test_double: bool = False,
-                 on_step: Callable[[str, str], None] | None = None, pins: Mapping[str, Pin] | None = None):
+                 on_step: Callable[[str, str], None] | None = None, pins: Mapping[str, Pin] | None = None,
+                 attestor: Attestor | None = None):
         self.client = client
         self.registry = registry
         self.target = target
@@ -113,6 +116,7 @@ class Publisher:
         self.dry_run = dry_run
         self.allow_test_double = allow_test_double
         self.pins = dict(pins or {})  # the committed pins.yaml: the only record of a download publishing accepts
+        self.attestor = attestor  # attaches each pushed image's SBOM and provenance (None: attach nothing)
         self.on_step = on_step or (lambda event, ref: None)
         self.report: dict[str, Any] = {"registry": f"{target.registry}/{target.namespace}".rstrip("/"),
                                        "tags": {}, "skipped": [], "dry_run": dry_run}
@@ -275,6 +279,9 @@ class Publisher:
                         digest = self.push_arch(group, image)
                         if digest:
                             self.report["tags"][self.ref(group.repo, image.tag)] = digest
+                        if digest and self.attestor is not None:
+                            self.report.setdefault("attestations", {})[self.ref(group.repo, image.tag)] = \
+                                self.attestor.attach(group.repo, image.local, digest)
             if only == "arch":
                 return self.report
             for i, group in enumerate(groups):

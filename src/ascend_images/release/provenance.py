@@ -1,0 +1,100 @@
+"""An image's provenance: an in-toto Statement v1 with an SLSA Provenance v1 predicate, made from what the image and
+its stage images say of themselves (labels: the matrix row, the content key, the parent, the downloads) and from the
+engine and checkout that publish it. Inputs are recorded by digest; no flag's value is, so no credential can be."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from ascend_images.release.inventory import Inventory
+from ascend_images.stages.names import CONTENT_KEY_LABEL, LABEL_PREFIX
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://github.com/ascend-images/ascend-images/blob/main/DESIGN.md#build-v1"
+BUILDER_ID = "https://github.com/ascend-images/ascend-images"
+# what a build was asked for: the matrix row and the selection (labels), never an input's location or credential
+SELECTION = ("release", "device", "backend", "os", "arch", "python", "profile", "allocator", "user-env")
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One image of the chain, top first, as its own labels describe it."""
+
+    ref: str
+    image_id: str
+    kind: str
+    content_key: str
+    created: str
+
+
+def stage_chain(client, ref: str) -> list[StageRecord]:
+    """The image and every stage image below it, found through each one's base-name label (the tag of its parent)."""
+    out: list[StageRecord] = []
+    seen: set[str] = set()
+    current: str | None = ref
+    while current and current not in seen:
+        seen.add(current)
+        try:
+            attrs = client.api.inspect_image(current)
+        except Exception:  # a parent we did not build (the OS image) or no longer have: the chain ends there
+            break
+        labels = (attrs.get("Config") or {}).get("Labels") or {}
+        if CONTENT_KEY_LABEL not in labels:
+            break
+        out.append(StageRecord(current, attrs["Id"], labels.get(f"{LABEL_PREFIX}.stage", ""), labels[CONTENT_KEY_LABEL],
+                               labels.get("org.opencontainers.image.created", "")))
+        current = labels.get("org.opencontainers.image.base.name")
+    return out
+
+
+def _project_version() -> str:
+    try:
+        return version("ascend-images")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def provenance(inv: Inventory, chain: list[StageRecord], subject: tuple[str, str], *, engine_version: str,
+               commit: str, matrix_sha256: str) -> dict[str, Any]:
+    """The statement for `subject` (name, manifest digest) of the image `inv` read."""
+    name, digest = subject
+    labels = inv.labels
+    selection = {key: labels[f"{LABEL_PREFIX}.{key}"] for key in SELECTION if f"{LABEL_PREFIX}.{key}" in labels}
+    dependencies = [{"name": f"stage:{s.kind}", "uri": s.ref, "digest": {"sha256": s.image_id.removeprefix("sha256:")},
+                     "annotations": {"content-key": s.content_key, "created": s.created}} for s in chain]
+    dependencies += [{"name": f"download:{file}", "digest": {"sha256": sha256}}
+                     for file, sha256 in sorted(inv.downloads.items())]
+    created = sorted(s.created for s in chain if s.created)
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {"sha256": digest.removeprefix("sha256:")}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {"selection": selection},
+                "internalParameters": {
+                    "matrix.yaml": {"sha256": matrix_sha256},
+                    # the CA bundle and any credential reach a build through the build server only: named, never kept
+                    "secrets": "CA bundle, pip, netrc and OS-mirror credentials are served to the build on loopback "
+                               "and recorded nowhere",
+                },
+                "resolvedDependencies": dependencies,
+            },
+            "runDetails": {
+                "builder": {"id": BUILDER_ID, "version": {
+                    "ascend-images": _project_version(),
+                    "commit": labels.get("org.opencontainers.image.revision", ""),
+                    "docker-engine": engine_version}},
+                "metadata": {
+                    "invocationId": labels.get(CONTENT_KEY_LABEL, ""),
+                    "startedOn": created[0] if created else "",
+                    "finishedOn": created[-1] if created else "",
+                },
+                "byproducts": [{"name": "published-from-checkout", "annotations": {"commit": commit}}],
+            },
+        },
+    }

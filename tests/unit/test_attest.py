@@ -1,0 +1,89 @@
+"""`invoke verify`'s findings and the SBOM's licence summary, on documents written out by hand (no engine, no
+registry); the documents' making and their round trip through a registry are in tests/integration/test_attest.py."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from ascend_images.inputs.pins import Pin
+from ascend_images.release.attest import Attestations, AttestError, findings, split_reference
+from ascend_images.release.referrers import tag_schema_tag
+from ascend_images.release.sbom import license_summary
+from tests.conftest import ROOT
+
+HEAD = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+ZIP = "sgl-kernel-npu-2026.7.27-torch2.10.0-py311-cann9.0.0-a3-aarch64.zip"
+
+
+def docs(*, double: str = "", six: str = "1.17.0", zip_sha: str = "a" * 64, commit: str = HEAD,
+         key: str = "k1") -> Attestations:
+    labels = {"io.ascend-images.release": "rel", "io.ascend-images.backend": "sglang",
+              "io.ascend-images.arch": "aarch64", "io.ascend-images.content-key": "k1"}
+    props = [{"name": f"ascend-images:label:{k}", "value": v} for k, v in labels.items()]
+    if double:
+        props.append({"name": "ascend-images:test-double", "value": double})
+    sbom = {"metadata": {"component": {"properties": props}}, "components": [
+        {"type": "library", "name": "six", "version": six, "purl": f"pkg:pypi/six@{six}"},
+        {"type": "library", "name": "torch", "version": "2.10.0+cpu", "purl": "pkg:pypi/torch@2.10.0%2Bcpu"},
+        {"type": "library", "name": "bash", "version": "5.2", "purl": "pkg:deb/debian/bash@5.2"},
+        {"type": "file", "name": ZIP, "hashes": [{"alg": "SHA-256", "content": zip_sha}]},
+    ]}
+    statement = {"predicate": {"runDetails": {"builder": {"version": {"commit": commit}}},
+                               "buildDefinition": {"resolvedDependencies": [
+                                   {"name": "stage:sglang", "annotations": {"content-key": key}}]}}}
+    return Attestations("img", "engine", sbom, statement)
+
+
+@pytest.fixture
+def locks(tmp_path):
+    (tmp_path / "rel").mkdir()
+    (tmp_path / "rel" / "sglang-aarch64.txt").write_text("# format: 1\nsix==1.17.0\ntorch==2.10.0\n")
+    return tmp_path
+
+
+PINS = {ZIP: Pin(ZIP, "https://example.invalid/z.zip", 1, "a" * 64)}
+
+
+def test_an_image_as_this_checkout_publishes_it_has_no_finding(locks):
+    assert findings(docs(), locks_dir=locks, pins=PINS, checkout=ROOT) == []
+
+
+@pytest.mark.parametrize(("broken", "pins", "says"), [
+    (dict(double="cann,sgl-kernel-npu"), PINS, "test double: built from cann,sgl-kernel-npu test doubles"),
+    (dict(six="1.16.0"), PINS, "lock: six==1.17.0 is locked, the SBOM has six 1.16.0"),
+    (dict(zip_sha="b" * 64), PINS, f"download: {ZIP} has sha256 {'b' * 64}, pins.yaml pins {'a' * 64}"),
+    ({}, {}, f"download: {ZIP} (sha256 {'a' * 64}) has no pin in pins.yaml"),
+    (dict(commit="0" * 40), PINS, f"provenance: built from commit {'0' * 40}, which is not in this checkout's history"),
+    (dict(key="k0"), PINS, "provenance: the top stage's content key k0 is not the image's k1"),
+])
+def test_each_purpose_broken_document_is_one_finding(locks, broken, pins, says):
+    found = findings(docs(**broken), locks_dir=locks, pins=pins, checkout=ROOT)
+    assert len(found) == 1 and found[0].startswith(says), found
+
+
+def test_a_locked_package_missing_from_the_sbom_is_named(locks):
+    (locks / "rel" / "sglang-aarch64.txt").write_text("six==1.17.0\ntorch==2.10.0\nxgrammar==0.2.1\n")
+    assert findings(docs(), locks_dir=locks, pins=PINS, checkout=ROOT) == [
+        "lock: xgrammar==0.2.1 is locked, and the SBOM has no xgrammar"]
+
+
+def test_licences_are_summed_up_as_the_packages_state_them():
+    sbom = {"components": [
+        {"type": "library", "licenses": [{"expression": "Apache-2.0"}]},
+        {"type": "library", "licenses": [{"license": {"name": "GPL-2+"}}, {"license": {"name": "LGPL-2.1+"}}]},
+        {"type": "library", "licenses": [{"license": {"name": "GPL-2+"}}]},
+        {"type": "library"},
+        {"type": "file", "licenses": [{"expression": "MIT"}]},  # a download is not a package: not counted
+    ]}
+    assert license_summary(sbom) == [("GPL-2+", 2), ("Apache-2.0", 1), ("LGPL-2.1+", 1), ("none stated", 1)]
+
+
+def test_references_and_the_tag_schema_tag():
+    assert split_reference("127.0.0.1:5000/ascend/torch-npu:1.0-arm64") == (
+        "127.0.0.1:5000", "ascend/torch-npu", "1.0-arm64")
+    assert split_reference("reg.example.com/a/b@sha256:ab") == ("reg.example.com", "a/b", "sha256:ab")
+    with pytest.raises(AttestError, match="not a registry reference"):
+        split_reference("ascend-images/torch-npu:1.0")
+    assert tag_schema_tag("sha256:" + "0f" * 32) == "sha256-" + "0f" * 32
