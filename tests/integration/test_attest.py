@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from ascend_images import commands as cli
-from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE, ci_image_tags, remove_tags
+from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE, remove_tags
+from tests.image.conftest import ci_image_tags
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

@@ -149,7 +149,8 @@ def test_a_gap_no_lock_header_explains_is_caught(docker_client, ci_images, work_
                                         entrypoint="").decode()
     assert "\n# off-pypi: triton-ascend==3.2.2 " in lock, "CI's vLLM image installs nothing --no-deps any more"
     where = "python -c \"import importlib.metadata as m; print(m.distribution('triton-ascend')._path)\""
-    gap = f"RUN echo 'Requires-Dist: ascend-made-up-compiler>=1' >> \"$({where})/METADATA\"\n"
+    # a header line, after Version: (appended at the end it would be the description's text)
+    gap = f"RUN sed -i '/^Version: /a Requires-Dist: ascend-made-up-compiler>=1' \"$({where})/METADATA\"\n"
     (tmp_path / "2").mkdir()
     explained = derived(docker_client, serving, "ascend-images-test/no-deps-gap:latest", gap, tmp_path)
     unexplained = derived(docker_client, explained, "ascend-images-test/no-deps-gap-unexplained:latest",

@@ -44,8 +44,9 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
 
     import yaml
 
-    from tests.conftest import ci_image_tags, remove_tags
+    from tests.conftest import remove_tags
     from tests.fixtures.matrices import matrix_copy
+    from tests.image.conftest import ci_image_tags
 
     (source,) = [t for t in ci_image_tags() if "torch-npu:2.10.0.post4-cann9.1.0-a3" in t]
     namespace = "ascend-images-unpinned"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass, field
 
-from ascend_images.inputs.lockfile import LockError, load_lock
+from ascend_images.inputs.lockfile import Lock, LockError, load_lock
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins
@@ -68,6 +68,12 @@ def bisheng_wanted(v: Variant) -> list[Wanted]:
     return out + [Wanted(lib, lib, f"{py.libs_url}{lib}", "artifacts", py.sha256.get(lib)) for lib in py.libs]
 
 
+def source_wanted(lock: Lock) -> Wanted:
+    """A lock's source tree: PyPI's sdist (the lock pins it) or a tag archive (pins.yaml pins it)."""
+    file, url, sha256 = lock.source_sdist
+    return Wanted("sdist", file, url, "artifacts", sha256, on_pypi=not lock.source_subdir)
+
+
 def sdist_wanted(v: Variant) -> list[Wanted]:
     if v.backend == "none":
         return []
@@ -75,8 +81,7 @@ def sdist_wanted(v: Variant) -> list[Wanted]:
         lock = load_lock(v)
     except LockError:
         return []  # a build stops on the missing lock itself, with the command that makes it
-    file, url, sha256 = lock.source_sdist
-    return [Wanted("sdist", file, url, "artifacts", sha256, on_pypi=not lock.source_subdir)]
+    return [source_wanted(lock)]
 
 
 def off_pypi_wanted(v: Variant) -> list[Wanted]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ascend_images.inputs.artifacts import bisheng_wanted, off_pypi_wanted, sdist_wanted, sglang_wanted
+from ascend_images.inputs.artifacts import bisheng_wanted, off_pypi_wanted, sglang_wanted, source_wanted
 from ascend_images.inputs.lockfile import LockError, load_lock
 from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Artifact, Sources, sha256_file
 from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
@@ -250,7 +250,7 @@ def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
                  "from_source_pins": [],
                  "overrides": [], "no_deps": [], "subdir": "", "missing": str(exc)},
                 f"# LOCK MISSING OR STALE: {exc}\n".encode())
-    (wanted,) = sdist_wanted(v)
+    wanted = source_wanted(lock)
     archive = None
     if wanted.on_pypi:  # pinned by the lock with PyPI's sha256; from --artifacts-dir when it holds a copy
         file, url, sha256 = wanted.file, wanted.url, wanted.sha256
