@@ -84,6 +84,13 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
     # provenance: the subject, the chain's content keys as the engine's images carry them, no credential anywhere
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
+    # in-toto's own bindings parse both strictly: a misspelt or unknown field is refused
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1 import statement_pb2
+
+    json_format.ParseDict(statement, statement_pb2.Statement())
+    json_format.ParseDict(statement["predicate"], provenance_pb2.Provenance())
     assert statement["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
     stages = [d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]
               if d["name"].startswith("stage:")]
