@@ -401,7 +401,7 @@ def inspect(c, image, json=False):
     _run(cli.inspect_image, image, print, json)
 
 
-ATTEST_HELP = {"image": "a local image, or a published one: HOST[:PORT]/REPO:TAG",
+ATTEST_HELP = {"image": "a published image, read from its registry (HOST[:PORT]/REPO:TAG), or a local image's name",
                "arch": "of a published list: x86_64 or aarch64 (default aarch64)",
                "matrix": SELECTION_HELP["matrix"]}
 

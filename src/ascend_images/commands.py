@@ -423,24 +423,17 @@ def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[st
 
 # --- invoke sbom / provenance / verify -----------------------------------------------------------------
 def image_attestations(ref: str, matrix_path: str, arch: str):
-    """An image's SBOM and provenance: made now from the engine's image when it has `ref`, else read from the
-    registry `ref` names (a list resolves to its `arch` image)."""
-    import docker
-
+    """An image's SBOM and provenance: read from the registry a reference names (HOST[:PORT]/REPO:TAG; a list resolves
+    to its `arch` image), else made now from the engine's image of that name."""
     from ascend_images.builder.build import git_revision
     from ascend_images.builder.engine import connect
-    from ascend_images.release.attest import from_engine, from_registry, matrix_digest
+    from ascend_images.release.attest import from_engine, from_registry, matrix_digest, names_a_registry
 
     matrix = Selection(matrix_path).load()
-    try:
-        client = connect()
-        client.images.get(ref)
-    except (docker.errors.ImageNotFound, AscendImagesError, docker.errors.DockerException):
-        client = None
-    if client is not None:
-        return from_engine(client, ref, read_pins(pins_path(matrix)), commit=git_revision(PROJECT_ROOT),
-                           matrix_sha256=matrix_digest(matrix.path)), matrix
-    return from_registry(ref, matrix.spec.arches[arch].debian_arch), matrix
+    if names_a_registry(ref):
+        return from_registry(ref, matrix.spec.arches[arch].debian_arch), matrix
+    return from_engine(connect(), ref, read_pins(pins_path(matrix)), commit=git_revision(PROJECT_ROOT),
+                       matrix_sha256=matrix_digest(matrix.path)), matrix
 
 
 def show_sbom(ref: str, out: Out, *, matrix: str = "matrix.yaml", arch: str = "aarch64",

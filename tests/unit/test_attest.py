@@ -85,5 +85,5 @@ def test_references_and_the_tag_schema_tag():
         "127.0.0.1:5000", "ascend/torch-npu", "1.0-arm64")
     assert split_reference("reg.example.com/a/b@sha256:ab") == ("reg.example.com", "a/b", "sha256:ab")
     with pytest.raises(AttestError, match="not a registry reference"):
-        split_reference("ascend-images/torch-npu:1.0")
+        split_reference("ascend-images/torch-npu:1.0")  # a local name: made from the engine's image instead
     assert tag_schema_tag("sha256:" + "0f" * 32) == "sha256-" + "0f" * 32

@@ -80,11 +80,18 @@ class Attestor:
         return {"sbom": done[SBOM_ARTIFACT], "provenance": done[PROVENANCE_ARTIFACT]}
 
 
+def names_a_registry(ref: str) -> bool:
+    """Whether a reference starts with a registry host (a dot or a port in its first part, or localhost), as Docker
+    reads references."""
+    host, sep, _ = ref.partition("/")
+    return bool(sep) and ("." in host or ":" in host or host == "localhost")
+
+
 def split_reference(ref: str) -> tuple[str, str, str]:
     """HOST/REPO:TAG or HOST/REPO@DIGEST -> (host, repo, reference)."""
-    host, sep, rest = ref.partition("/")
-    if not sep or not ("." in host or ":" in host or host == "localhost"):
-        raise AttestError(f"{ref}: not on this engine, and not a registry reference (HOST[:PORT]/REPO:TAG)")
+    if not names_a_registry(ref):
+        raise AttestError(f"{ref}: not a registry reference (HOST[:PORT]/REPO:TAG)")
+    host, _, rest = ref.partition("/")
     if "@" in rest:
         repo, _, reference = rest.partition("@")
     else:
