@@ -159,3 +159,14 @@ def test_live_pypi_lists_a_newer_vllm_ascend():
     assert rows, lines
     assert all(Version(r.version) > Version("0.23.0") for r in rows), lines
     assert all(r.sdist or any(r.wheels.values()) for r in rows), lines
+
+
+def test_an_unreachable_index_is_an_error_naming_the_host(matrix):
+    # port 9 (discard) has nothing listening: the connection is refused at once
+    result = subprocess.run([sys.executable, "-m", "invoke", "outdated", "--index-url", "http://127.0.0.1:9/simple",
+                             "--matrix", str(matrix)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "nothing newer" not in result.stdout
+    assert "cannot reach the index at 127.0.0.1:9" in result.stderr
+    assert "Connection refused" in result.stderr
