@@ -170,3 +170,13 @@ def test_an_unreachable_index_is_an_error_naming_the_host(matrix):
     assert "nothing newer" not in result.stdout
     assert "cannot reach the index at 127.0.0.1:9" in result.stderr
     assert "Connection refused" in result.stderr
+
+
+def test_lock_against_an_unreachable_index_fails_naming_the_host(matrix, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "invoke", "lock", "--index-url", "http://127.0.0.1:9/simple",
+                             "--backend", "vllm", "--arch", "x86_64", "--matrix", str(matrix),
+                             "--work-dir", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "cannot reach the index at 127.0.0.1:9" in result.stdout
+    assert "0 of " in result.stdout and "locks written" in result.stdout
