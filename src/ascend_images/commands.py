@@ -62,14 +62,21 @@ def show_matrix(sel: Selection, out: Out) -> int:
 
 
 # --- invoke env ------------------------------------------------------------------------------------
-def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def show_env(sel: Selection, out: Out, as_json: bool = False, err: Out = _stderr) -> int:
+    """--json prints one document, always a list (one entry per variant), since a selection may hold several and a
+    reader should not have to guess the shape; the rules' warnings then go to `err` so stdout stays parseable."""
     variants = sel.variants()
-    check_rules(variants, out)
+    check_rules(variants, err if as_json else out)
+    if as_json:
+        out(json.dumps([{"variant": v.name, "variables": {k: e.as_dict() for k, e in effective_env(v).items()}}
+                        for v in variants], indent=2))
+        return 0
     for v in variants:
         env = effective_env(v)
-        if as_json:
-            out(json.dumps({"variant": v.name, "variables": {k: e.as_dict() for k, e in env.items()}}, indent=2))
-            continue
         out(f"# {v.name} (profile {v.profile})")
         out(f"{'NAME':48} {'VALUE':28} {'LAYER':18} SOURCE")
         for e in env.values():
