@@ -288,12 +288,15 @@ def _split(values: str | Iterable[str] | None) -> list[str] | None:
         return None
     if isinstance(values, str):
         values = [values]
-    out = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    return out or None
+    # given but empty ('' or ',') is [], not None: an empty flag must not widen to "all" or the default
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
 def _pick(kind: str, flag: str, wanted: list[str] | None, valid: Iterable[str], default: list[str]) -> list[str]:
     valid = list(valid)
+    if wanted is not None and not wanted:
+        raise SelectionError(f"{flag} is empty: name a {kind} ({', '.join(valid)}; comma-separated for several), "
+                             f"or leave {flag} out for {', '.join(default)}")
     chosen = wanted or default
     for value in chosen:
         if value not in valid:
