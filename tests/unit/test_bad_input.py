@@ -48,3 +48,12 @@ def test_run_env_says_which_overlay_image_runs_and_how_to_build_it():
     assert note.startswith("note: --env selects the overlay image ascend-images/")
     assert note.endswith("-env0c3c3839; built by: invoke build --device a2 --env 'X=a b'")
     assert "note:" not in result.stdout
+
+
+def test_broken_matrix_yaml_names_the_file_line_and_column(tmp_path):
+    broken = tmp_path / "matrix.yaml"
+    broken.write_text("a: 1\nb: [1, 2\nc: 3\n", encoding="utf-8")  # the flow list is never closed
+    result = invoke("env", "--matrix", str(broken))
+    assert result.returncode == 2
+    assert f"{broken}:3:2: not valid YAML: while parsing a flow sequence expected ',' or ']'" in result.stderr
+    assert "<unicode string>" not in result.stderr

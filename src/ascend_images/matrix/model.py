@@ -67,7 +67,11 @@ def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
     except FileNotFoundError:
         raise MatrixError(str(path), ["file not found (pass --matrix PATH)"]) from None
     except yaml.YAMLError as exc:
-        raise MatrixError(str(path), [f"not valid YAML: {exc}"]) from None
+        # yaml's own text names "<unicode string>"; the mark's line and column (0-based) name the place in the file
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}: " if mark else ""
+        problem = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)])) or str(exc)
+        raise MatrixError(str(path), [f"{where}not valid YAML: {problem}"]) from None
     if not isinstance(raw, dict):
         raise MatrixError(str(path), [f"top level must be a mapping, got {type(raw).__name__}"])
     try:
