@@ -162,7 +162,7 @@ def render(c, device=None, backend=None, release=None, os=None, arch=None, pytho
     """Render the build context (Dockerfile and files) of every stage of the selection; or check/update the
     committed Dockerfiles."""
     if check or update:
-        code = _run(cli.committed_renderings, matrix, print, update=update)
+        code = _run(cli.committed_renderings, matrix, print, update=update, check=check)
         if code:
             raise Exit(code=code)
         return

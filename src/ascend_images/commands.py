@@ -15,7 +15,7 @@ from ascend_images.inputs.checksums import parse_checksums
 from ascend_images.inputs.lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
 from ascend_images.inputs.pins import pins_path, read_pins
 from ascend_images.matrix.envs import effective_env
-from ascend_images.matrix.model import Variant, all_variants, choices, load_matrix, parse_env_overrides
+from ascend_images.matrix.model import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides
 from ascend_images.matrix.rules import RULES, enforce, evaluate
 from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
 from ascend_images.stages.kinds import KINDS
@@ -63,14 +63,21 @@ def show_matrix(sel: Selection, out: Out) -> int:
 
 
 # --- invoke env ------------------------------------------------------------------------------------
-def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def show_env(sel: Selection, out: Out, as_json: bool = False, err: Out = _stderr) -> int:
+    """--json prints one document, always a list (one entry per variant), since a selection may hold several and a
+    reader should not have to guess the shape; the rules' warnings then go to `err` so stdout stays parseable."""
     variants = sel.variants()
-    check_rules(variants, out)
+    check_rules(variants, err if as_json else out)
+    if as_json:
+        out(json.dumps([{"variant": v.name, "variables": {k: e.as_dict() for k, e in effective_env(v).items()}}
+                        for v in variants], indent=2))
+        return 0
     for v in variants:
         env = effective_env(v)
-        if as_json:
-            out(json.dumps({"variant": v.name, "variables": {k: e.as_dict() for k, e in env.items()}}, indent=2))
-            continue
         out(f"# {v.name} (profile {v.profile})")
         out(f"{'NAME':48} {'VALUE':28} {'LAYER':18} SOURCE")
         for e in env.values():
@@ -107,10 +114,14 @@ def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out
     return plan
 
 
-def committed_renderings(matrix: str, out: Out, update: bool = False) -> int:
+def committed_renderings(matrix: str, out: Out, update: bool = False, check: bool = False) -> int:
     """`invoke render --check | --update`: the committed rendered/ Dockerfiles."""
     from ascend_images.stages import drift as rendered
 
+    if check and update:
+        # --update would rewrite what --check is asked to compare, so the check could never fail
+        raise SelectionError("--check and --update contradict each other: --check compares rendered/ with the "
+                             "matrix (exit 1 on drift), --update rewrites it; pass one of them")
     if update:
         count, directory = rendered.update(matrix)
         out(f"wrote {count} Dockerfiles to {directory}")
@@ -237,6 +248,9 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
                     work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
                     stage_cache: str | None = None) -> list[ImageTestResult]:
+    if any(not i.strip() for i in images):
+        raise SelectionError("--image is empty: give an image reference to test (e.g. ascend/sglang:tag), or leave "
+                             "--image out to test the selection's images")
     if not images:
         plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace,
                                   stage_cache=stage_cache)
@@ -251,6 +265,41 @@ def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
         for name in r.failed:
             out(f"    FAILED {name}")
     return results
+
+
+def check_device_indices(devices: tuple[int, ...], text: str, device: str | None, matrix: Matrix) -> None:
+    """A node numbers its NPUs 0..max_devices-1 (matrix devices.<d>.max_devices); with the device unknown, the
+    largest node any device has is the bound, so a typo like 99999 is still caught."""
+    from ascend_images.runtime.run import RunError
+
+    limits = {name: d.max_devices for name, d in matrix.spec.devices.items() if d.max_devices}
+    if not limits:
+        return
+    if device in limits:
+        limit, node = limits[device], f"an {device} node"
+    else:
+        limit = max(limits.values())
+        node = "any node (" + ", ".join(f"{n}: {m}" for n, m in limits.items()) + ")"
+    beyond = [n for n in devices if n >= limit]
+    if beyond:
+        raise RunError(f"--devices {text}: device {beyond[0]} is beyond {node}, which has at most {limit} NPUs; "
+                       f"valid: indices 0-{limit - 1} (e.g. 0-1)")
+
+
+def build_command(sel: Selection) -> str:
+    """The `invoke build` line that makes the selection's image, flags as the user gave them."""
+    import shlex
+
+    parts = ["invoke", "build"]
+    for flag in ("device", "backend", "release", "os", "arch", "python", "profile", "allocator"):
+        value = getattr(sel, flag)
+        if value is not None:
+            parts += [f"--{flag}", value]
+    for item in sel.env:
+        parts += ["--env", item]
+    if sel.matrix != "matrix.yaml":
+        parts += ["--matrix", sel.matrix]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 # --- invoke run ------------------------------------------------------------------------------------
@@ -288,11 +337,19 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         raise RunError(f"--replicas {flags.replicas}: a Deployment of N >= 1 pods, for --print --format k8s")
     matrix = sel.load()
     device = None
+    if image is not None and not image.strip():
+        raise RunError("--image is empty: give an image reference (e.g. ascend/sglang:tag), or leave --image out "
+                       "to run the selection's image")
+    requested = None
     if image is None:
         variants = sel.variants(matrix)
         if len(variants) != 1:
             raise SelectionError(f"the selection names {len(variants)} images; narrow it or pass --image REF")
         image, device = image_tag(variants[0], namespace), variants[0].device
+        requested = image
+        if sel.env:
+            # --env makes an overlay image of its own tag, not the selection's plain image: say which one runs
+            print(f"note: --env selects the overlay image {image}; built by: {build_command(sel)}", file=sys.stderr)
     elif sel.device in matrix.spec.devices:  # --image REF --device a3: what the image is for, before any label
         device = sel.device
     spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
@@ -310,10 +367,12 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     client = None if print_only else connect()
     if client is not None:
         if not image_exists(client, image):
-            raise RunError(f"image {image} is not on this engine; build it first (invoke build ...) or pull it")
+            how = build_command(sel) if image == requested else "invoke build ... (the flags that made it)"
+            raise RunError(f"image {image} is not on this engine; build it first ({how}) or pull it")
         device = client.images.get(image).labels.get(label("device"), device)
     devices_spec = matrix.spec.devices.get(device) if device else None
     spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1)
+    check_device_indices(spec.devices, flags.devices, device, matrix)
     for warning in check_spec(spec):
         # printed: a comment, so the shell line, the compose file and the manifest still read as one
         out(f"{'# ' if print_only else ''}warning: {warning}")

@@ -198,3 +198,24 @@ def test_a_release_the_matrix_marks_blocked_is_shown_with_its_reason():
     cand = assess("vllm-ascend", "0.26.0rc1", entries, lambda name, version: True, lambda url: ({}, ">=3.10"),
                   blocked=blocked)
     assert cand.verdict.startswith("matrix.yaml: release cann9.1.0-vllm0.26.0rc1 is blocked: ")
+
+
+def test_an_unreachable_index_is_an_error_naming_the_host(matrix):
+    # port 9 (discard) has nothing listening: the connection is refused at once
+    result = subprocess.run([sys.executable, "-m", "invoke", "outdated", "--index-url", "http://127.0.0.1:9/simple",
+                             "--matrix", str(matrix)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "nothing newer" not in result.stdout
+    assert "cannot reach the index at 127.0.0.1:9" in result.stderr
+    assert "Connection refused" in result.stderr
+
+
+def test_lock_against_an_unreachable_index_fails_naming_the_host(matrix, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "invoke", "lock", "--index-url", "http://127.0.0.1:9/simple",
+                             "--backend", "vllm", "--arch", "x86_64", "--matrix", str(matrix),
+                             "--work-dir", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "cannot reach the index at 127.0.0.1:9" in result.stdout
+    assert "0 of " in result.stdout and "locks written" in result.stdout

@@ -2,6 +2,7 @@ import os
 import stat
 
 import pytest
+import yaml
 
 from ascend_images.runtime.run import (
     Port,
@@ -105,8 +106,8 @@ def test_printed_line_and_compose():
     assert "-e ASCEND_RT_VISIBLE_DEVICES=0,1" in line
     assert line.endswith("repo/img:tag bash -c 'echo hi'")
     compose = compose_service(spec)
-    assert "    devices:\n      - /dev/davinci0:/dev/davinci0" in compose
-    assert 'command: ["bash", "-c", "echo hi"]' in compose
+    assert yaml.safe_load(compose)["services"]["ascend"]["devices"][0] == "/dev/davinci0:/dev/davinci0"
+    assert yaml.safe_load(compose)["services"]["ascend"]["command"] == ["bash", "-c", "echo hi"]
 
 
 def make_host(tmp_path, devices=(0, 1), hal=True):
@@ -360,3 +361,38 @@ def test_detached_run_starts_says_its_name_and_leaves_it():
     foreground = FakeClient(FakeContainer())
     assert run_container(foreground, RunSpec("img", devices=(0,)), io.StringIO()) == 0
     assert foreground.container.calls == ["start", "logs", "remove"]
+
+
+# what the user typed -> what the file must hold, written by hand
+AWKWARD = {
+    "QUOTES": ("say \"hi\" and 'bye'", "say \"hi\" and 'bye'", "say \"hi\" and 'bye'"),
+    "COLON": ("key: value", "key: value", "key: value"),
+    "HASH": ("a # not a comment", "a # not a comment", "a # not a comment"),
+    "DOLLAR": ("cost $HOME and ${PATH}", "cost $$HOME and $${PATH}", "cost $HOME and ${PATH}"),
+    "K8S_REF": ("$(HOME)/x", "$$(HOME)/x", "$$(HOME)/x"),
+    "UNICODE": ("Grüße 中文 ✓", "Grüße 中文 ✓", "Grüße 中文 ✓"),
+    "BOOL_LIKE": ("no", "no", "no"),
+}
+
+
+def test_awkward_values_round_trip_through_compose_and_k8s():
+    from ascend_images.runtime.k8s import k8s_yaml
+
+    spec = RunSpec("repo/img:tag", ("echo", "$HOME: $(HOME) # x"), (0,),
+                   env={k: typed for k, (typed, _, _) in AWKWARD.items()})
+    service = yaml.safe_load(compose_service(spec))["services"]["ascend"]
+    assert {k: service["environment"][k] for k in AWKWARD} == {k: c for k, (_, c, _) in AWKWARD.items()}
+    assert service["command"] == ["echo", "$$HOME: $$(HOME) # x"]
+    pod = yaml.safe_load(k8s_yaml(spec, "huawei.com/Ascend910"))["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert {k: env[k] for k in AWKWARD} == {k: k8s for k, (_, _, k8s) in AWKWARD.items()}
+    assert container["args"] == ["echo", "$HOME: $$(HOME) # x"]
+
+
+def test_a_newline_in_an_env_value_is_refused():
+    from ascend_images.errors import AscendImagesError
+    from ascend_images.matrix.model import parse_env_overrides
+
+    with pytest.raises(AscendImagesError, match=r"--env X: the value holds the control character"):
+        parse_env_overrides(["X=one\ntwo"])

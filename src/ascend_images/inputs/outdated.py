@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ascend_images.inputs.pypi import IndexFile, PackageIndexError, index_files, normalize
+from ascend_images.inputs.pypi import IndexFile, IndexUnreachableError, PackageIndexError, index_files, normalize
 from ascend_images.inputs.wheelmeta import WheelMetadataError, read_metadata
 from ascend_images.matrix.model import Matrix
 from ascend_images.matrix.schema import SglangPins, VllmPins
@@ -204,6 +204,9 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
         if name not in listing:
             try:
                 listing[name] = index_files(index_url, name)
+            except IndexUnreachableError:
+                # an index that does not answer must not read as "nothing newer"
+                raise
             except PackageIndexError:
                 listing[name] = []
         return listing[name]

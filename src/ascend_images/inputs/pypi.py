@@ -21,6 +21,10 @@ class PackageIndexError(AscendImagesError):
     """The index does not answer, or does not have what was asked for."""
 
 
+class IndexUnreachableError(PackageIndexError):
+    """No answer from the index's host at all, as opposed to an answer that the project is not there."""
+
+
 @dataclass(frozen=True)
 class IndexFile:
     file: str
@@ -53,7 +57,9 @@ def index_files(index_url: str, project: str, timeout: float = 60) -> list[Index
     except urllib.error.HTTPError as exc:
         raise PackageIndexError(f"{page}: HTTP {exc.code} (is {project!r} on this index?)") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise PackageIndexError(f"{page}: {getattr(exc, 'reason', exc)}") from None
+        host = urllib.parse.urlsplit(page).netloc or page
+        raise IndexUnreachableError(f"cannot reach the index at {host}: {getattr(exc, 'reason', exc)} "
+                                    f"(asked for {page})") from None
     parser = _Links()
     parser.feed(html)
     files = []

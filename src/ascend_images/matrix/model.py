@@ -67,7 +67,11 @@ def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
     except FileNotFoundError:
         raise MatrixError(str(path), ["file not found (pass --matrix PATH)"]) from None
     except yaml.YAMLError as exc:
-        raise MatrixError(str(path), [f"not valid YAML: {exc}"]) from None
+        # yaml's own text names "<unicode string>"; the mark's line and column (0-based) name the place in the file
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}: " if mark else ""
+        problem = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)])) or str(exc)
+        raise MatrixError(str(path), [f"{where}not valid YAML: {problem}"]) from None
     if not isinstance(raw, dict):
         raise MatrixError(str(path), [f"top level must be a mapping, got {type(raw).__name__}"])
     try:
@@ -288,12 +292,15 @@ def _split(values: str | Iterable[str] | None) -> list[str] | None:
         return None
     if isinstance(values, str):
         values = [values]
-    out = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    return out or None
+    # given but empty ('' or ',') is [], not None: an empty flag must not widen to "all" or the default
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
 def _pick(kind: str, flag: str, wanted: list[str] | None, valid: Iterable[str], default: list[str]) -> list[str]:
     valid = list(valid)
+    if wanted is not None and not wanted:
+        raise SelectionError(f"{flag} is empty: name a {kind} ({', '.join(valid)}; comma-separated for several), "
+                             f"or leave {flag} out for {', '.join(default)}")
     chosen = wanted or default
     for value in chosen:
         if value not in valid:

@@ -32,6 +32,7 @@ class DeviceSpec(Strict):
     opp_kernel_dir: str
     ops_package: dict[Literal["kernels", "ops"], str]
     min_devices: int = 1
+    max_devices: int | None = Field(default=None, ge=1)  # NPUs one node has; run --devices indices stay below it
     k8s_resource: str | None = None  # the Ascend device plugin's resource name (invoke run --format k8s)
     source: str
 

@@ -60,6 +60,11 @@ def _unique(name: str, taken: set[str]) -> str:
     return name
 
 
+def k8s_escape(text: str) -> str:
+    """Kubernetes expands $(VAR) in env values, command and args; `$$(` is its literal `$(` (a lone `$` stays)."""
+    return text.replace("$(", "$$(")
+
+
 def pod_spec(spec: RunSpec, resource: str, *, deployment: bool = False) -> dict[str, Any]:
     name = workload_name(spec)
     count = len(spec.devices)
@@ -84,10 +89,12 @@ def pod_spec(spec: RunSpec, resource: str, *, deployment: bool = False) -> dict[
     volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_quantity(spec.shm_size)}})
 
     # the docker line's environment; the host-side list (runtime mode) is the device plugin's to set
-    env = [{"name": k, "value": v} for k, v in spec.environment().items() if k != "ASCEND_VISIBLE_DEVICES"]
+    env = [{"name": k, "value": k8s_escape(v)} for k, v in spec.environment().items()
+           if k != "ASCEND_VISIBLE_DEVICES"]
     container: dict[str, Any] = {"name": name, "image": spec.image}
     if spec.command:
-        container["args"] = list(spec.command)  # args, not command: the image's entrypoint (tini, preflight) stays
+        # args, not command: the image's entrypoint (tini, preflight) stays
+        container["args"] = [k8s_escape(a) for a in spec.command]
     if spec.workdir:
         container["workingDir"] = spec.workdir
     container["env"] = env
@@ -149,4 +156,5 @@ def k8s_yaml(spec: RunSpec, resource: str, replicas: int = 0) -> str:
                      + ", ".join(p.publish() for p in spec.ports) + ").")
     if spec.restart and ":" in spec.restart:
         notes.append(f"# --restart {spec.restart}: Kubernetes has no retry count; OnFailure retries with back-off.")
-    return "\n".join(notes) + "\n" + yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=120)
+    return "\n".join(notes) + "\n" + yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=120,
+                                                          allow_unicode=True)

@@ -5,11 +5,11 @@ serving needs is spelled as Docker spells it: --volume, --publish, --detach, --r
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import shlex
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -382,42 +382,49 @@ def _group(parts: list[str]) -> list[str]:
     return lines
 
 
-def _scalar(text: str) -> str:
-    """A YAML scalar: plain when it reads back as the same string (`no` does not: YAML 1.1 reads a boolean),
-    else double-quoted (JSON's quoting is valid YAML)."""
-    try:
-        plain = yaml.safe_load(text) == text and "\n" not in text
-    except yaml.YAMLError:
-        plain = False
-    return text if plain else json.dumps(text)
+def compose_escape(text: str) -> str:
+    """Compose substitutes ${VAR} and $VAR in every string of the file; `$$` is its literal `$`."""
+    return text.replace("$", "$$")
+
+
+def compose_data(spec: RunSpec, service: str = "ascend") -> dict[str, Any]:
+    svc: dict[str, Any] = {"image": spec.image, "shm_size": spec.shm_size}
+    if spec.restart:
+        svc["restart"] = spec.restart
+    if spec.workdir:
+        svc["working_dir"] = spec.workdir
+    if spec.ipc_host:
+        svc["ipc"] = "host"
+    if spec.network_host:
+        svc["network_mode"] = "host"
+    if spec.mode == "runtime":
+        svc["runtime"] = "ascend"
+    else:
+        svc["devices"] = [f"{h}:{c}" for h, c in spec.device_nodes()]
+    if spec.binds():
+        svc["volumes"] = list(spec.binds())
+    if spec.ports:
+        svc["ports"] = [p.publish() for p in spec.ports]
+    svc["environment"] = dict(spec.environment())
+    if spec.command:
+        svc["command"] = list(spec.command)
+    return {"services": {service: _escaped(svc, compose_escape)}}
+
+
+def _escaped(value: Any, escape: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, dict):
+        return {k: _escaped(v, escape) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v, escape) for v in value]
+    return value
 
 
 def compose_service(spec: RunSpec, service: str = "ascend") -> str:
-    lines = [f"  {service}:", f"    image: {spec.image}", f"    shm_size: {spec.shm_size}"]
-    if spec.restart:
-        lines.append(f"    restart: {_scalar(spec.restart)}")
-    if spec.workdir:
-        lines.append(f"    working_dir: {_scalar(spec.workdir)}")
-    if spec.ipc_host:
-        lines.append("    ipc: host")
-    if spec.network_host:
-        lines.append("    network_mode: host")
-    if spec.mode == "runtime":
-        lines.append("    runtime: ascend")
-    else:
-        lines.append("    devices:")
-        lines += [f"      - {h}:{c}" for h, c in spec.device_nodes()]
-    if spec.binds():
-        lines.append("    volumes:")
-        lines += [f"      - {_scalar(b)}" for b in spec.binds()]
-    if spec.ports:
-        lines.append("    ports:")
-        lines += [f"      - {json.dumps(p.publish())}" for p in spec.ports]  # quoted: YAML 1.1 reads 80:80 as a number
-    lines.append("    environment:")
-    lines += [f"      {k}: {json.dumps(v)}" for k, v in spec.environment().items()]
-    if spec.command:
-        lines.append(f"    command: {list(spec.command)!r}".replace("'", '"'))
-    return "services:\n" + "\n".join(lines) + "\n"
+    # from data through a YAML library: any value (quotes, ': ', '#', unicode, YAML 1.1 booleans) round-trips
+    return yaml.safe_dump(compose_data(spec, service), sort_keys=False, default_flow_style=False, width=120,
+                          allow_unicode=True)
 
 
 def run_container(client: Any, spec: RunSpec, out: Any) -> int:
