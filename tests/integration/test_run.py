@@ -30,7 +30,9 @@ INSIDE = ("for n in davinci2 davinci3 davinci_manager devmm_svm hisi_hdc; do "
 
 @pytest.fixture
 def a3_image(ci_images):
-    return next(tag for tag in ci_images if "-a3-" in tag)
+    """An A3 training base whose HDK floor the prepared host's driver (25.5.0, make_host) meets: the CANN 9.1.0 one
+    (floor 25.2.0) sorts first; the SGLang image on CANN 9.0.0 asks for 25.5.1, which that driver is below."""
+    return next(tag for tag in ci_images if "/torch-npu:" in tag and "-a3-" in tag)
 
 
 def test_devices_mounts_and_visible_devices(docker_client, a3_image, tmp_path):
