@@ -585,19 +585,24 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
     matrix = sel.load()
     root = locks_dir(matrix)
     specs = lock_selection(sel, flags)
-    failed = 0
+    failed = skipped = 0
     maker = LockMaker(out, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
                       tuple(flags.extra_index_urls), pins=read_pins(pins_path(matrix)))
     for spec in specs:
         path = spec.path(root)
         try:
+            blocked = matrix.spec.releases[spec.release].blocked
             if check:
+                why = not_locked(matrix, spec)
+                if why and not path.is_file():  # the matrix says it is not to be had: listed, with why; no failure
+                    skipped += 1
+                    out(f"skipped {path.relative_to(root.parent)}: {why}")
+                    continue
                 if not path.is_file():
                     raise LockError(f"missing: {spec.command}")
                 check_lock(spec, parse_lock(path))
                 out(f"ok      {path.relative_to(root.parent)}")
                 continue
-            blocked = matrix.spec.releases[spec.release].blocked
             if blocked:  # the matrix knows it cannot be locked: say why instead of failing in the resolver
                 raise LockError(f"matrix.yaml marks release {spec.release} as blocked: {blocked}")
             started = time.monotonic()
@@ -608,5 +613,19 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
         except AscendImagesError as exc:
             failed += 1
             out(f"FAILED  {path.relative_to(root.parent)}: {exc}")
-    out(f"{len(specs) - failed} of {len(specs)} locks {'fresh' if check else 'written'}")
+    counted = len(specs) - skipped
+    out(f"{counted - failed} of {counted} locks {'fresh' if check else 'written'}"
+        + (f", {skipped} skipped (the matrix says why)" if skipped else ""))
     return 1 if failed else 0
+
+
+def not_locked(matrix, spec: LockSpec) -> str:
+    """Why matrix.yaml says a lock is not to be had ("" when it should exist): its release is blocked, or the release
+    names no locked build for that arch (from_sdist lists per arch what a committed lock builds from sdists)."""
+    release = matrix.spec.releases[spec.release]
+    if release.blocked:
+        return f"release blocked: {release.blocked}"
+    if spec.from_sdist is None:
+        return (f"matrix.yaml locks no {spec.arch} build of {spec.backend} for this release "
+                f"(releases.{spec.release}.backends.{spec.backend}.from_sdist has no {spec.arch})")
+    return ""
