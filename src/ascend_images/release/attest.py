@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ class Attestations:
     source: str  # "engine" (made now from the local image) or "registry" (attached referrers)
     sbom: dict[str, Any]
     provenance: dict[str, Any]
-    digests: dict[str, str] = field(default_factory=dict)  # artifact -> its manifest digest (registry)
 
 
 def make(client, ref: str, pins: Mapping[str, Pin], subject: tuple[str, str], *, commit: str,
@@ -118,8 +117,7 @@ def from_registry(ref: str, arch: str) -> Attestations:
                           "this version of ascend-images)")
     sbom = load_sbom(artifact(registry, repo, found[SBOM_ARTIFACT]))
     statement = json.loads(artifact(registry, repo, found[PROVENANCE_ARTIFACT]))
-    return Attestations(ref, "registry", sbom, statement,
-                        {"sbom": found[SBOM_ARTIFACT].digest, "provenance": found[PROVENANCE_ARTIFACT].digest})
+    return Attestations(ref, "registry", sbom, statement)
 
 
 def from_engine(client, ref: str, pins: Mapping[str, Pin], *, commit: str, matrix_sha256: str) -> Attestations:

@@ -5,6 +5,7 @@ downloads its stages recorded (labels), and its labels. The SBOM and `invoke ver
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,16 +102,20 @@ class Inventory:
 
     @property
     def downloads(self) -> dict[str, str]:
-        """file -> sha256 of every download PyPI does not carry that a stage of the image installed."""
-        out: dict[str, str] = {}
-        for key, value in sorted(self.labels.items()):
-            if key.startswith(f"{DOWNLOADS_LABEL}."):
-                out.update(json.loads(value))
-        return out
+        return labelled_downloads(self.labels)
 
     @property
     def test_double(self) -> str:
         return self.labels.get(TEST_DOUBLE_LABEL, "")
+
+
+def labelled_downloads(labels: Mapping[str, str]) -> dict[str, str]:
+    """file -> sha256 of every download PyPI does not carry that a stage of the image installed (its labels)."""
+    out: dict[str, str] = {}
+    for key, value in sorted(labels.items()):
+        if key.startswith(f"{DOWNLOADS_LABEL}."):
+            out.update(json.loads(value))
+    return out
 
 
 def _licenses(entry: dict[str, Any]) -> tuple[str, ...]:

@@ -28,8 +28,8 @@ from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.pins import Pin
 from ascend_images.matrix.model import Variant
 from ascend_images.release.attest import Attestor
+from ascend_images.release.inventory import labelled_downloads
 from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError, manifest_list, retry
-from ascend_images.stages.kinds import DOWNLOADS_LABEL
 from ascend_images.stages.names import TEST_DOUBLE_LABEL, alias, image_tag, list_tag, repo_name
 
 Out = Callable[[str], None]
@@ -93,14 +93,8 @@ def group_variants(variants: list[Variant], namespace: str, target: Target) -> l
 
 def unpinned_downloads(labels: Mapping[str, str], pins: Mapping[str, Pin]) -> list[tuple[str, str]]:
     """(file, sha256) of each download an image's labels name that `pins` does not pin to that sha256."""
-    out = []
-    for key, value in sorted(labels.items()):
-        if key.startswith(f"{DOWNLOADS_LABEL}."):
-            for file, sha256 in sorted(json.loads(value).items()):
-                pin = pins.get(file)
-                if pin is None or pin.sha256 != sha256:
-                    out.append((file, sha256))
-    return out
+    return [(file, sha256) for file, sha256 in sorted(labelled_downloads(labels).items())
+            if file not in pins or pins[file].sha256 != sha256]
 
 
 class Publisher:

@@ -155,12 +155,8 @@ class RegistryClient:
         return retry(f"read {self.host}/{repo}:{reference}", get, self.sleep)
 
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
-        def put() -> str:
-            _, headers, _ = self._request("PUT", repo, f"manifests/{reference}", data=body,
-                                          headers={"Content-Type": media_type})
-            return headers.get("Docker-Content-Digest") or _digest(body)
-
-        return retry(f"write {self.host}/{repo}:{reference}", put, self.sleep)
+        headers = self.put_manifest_headers(repo, reference, body, media_type)
+        return headers.get("Docker-Content-Digest") or _digest(body)
 
 
     # --- blobs and referrers (OCI artifacts: SBOM, provenance) ----------------------------------------
