@@ -28,6 +28,7 @@ SELECTION_HELP = {
     "allocator": "memory allocator preloaded (LD_PRELOAD): jemalloc, tcmalloc or none; default: the backend's "
                  "(jemalloc for vllm and sglang, none for none)",
     "env": "KEY=VALUE over the tuned defaults (repeatable)",
+    "framework": "RL framework over the backend: verl or roll; default: none",
     "matrix": "path of the version matrix (default ./matrix.yaml)",
 }
 SOURCE_HELP = {
@@ -67,7 +68,8 @@ class ShortFlagTask(Task):
     such an option gets no short flag. Every other option keeps the letter invoke gives it."""
 
     def __init__(self, body, short=None, **kwargs):
-        self.short = dict(short or {})
+        # a flag added later takes no letter: taking one would move the letters other flags already have
+        self.short = {"framework": None, **(short or {})}
         super().__init__(body, **kwargs)
 
     def arg_opts(self, name, default, taken_names):
@@ -88,10 +90,12 @@ def task(*args, **kwargs):
     return invoke_task(*args, klass=ShortFlagTask, **kwargs)
 
 
-def _selection(*, matrix, device, backend, release, os, arch, python, profile, env, allocator) -> cli.Selection:
+def _selection(*, matrix, device, backend, release, os, arch, python, profile, env, allocator,
+               framework=None) -> cli.Selection:
     """The selection flags every task takes, named one by one."""
     return cli.Selection(matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch,
-                         python=python, profile=profile, env=list(env or []), allocator=allocator)
+                         python=python, profile=profile, env=list(env or []), allocator=allocator,
+                         framework=framework)
 
 
 def _command_after_dashes(remainder: str) -> list[str]:
@@ -132,22 +136,22 @@ def _number(flag: str, value: str | int, minimum: int) -> int:
 
 @task(help=SELECTION_HELP, iterable=SELECTION_ITERABLE)
 def matrix(c, matrix="matrix.yaml", device=None, backend=None, release=None, os=None, arch=None, python=None,
-           profile=None, env=None, allocator=None):
+           profile=None, env=None, allocator=None, framework=None):
     """Releases and every variant of matrix.yaml, with their compatibility status."""
     code = _run(cli.show_matrix, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator), print)
+        profile=profile, env=env, allocator=allocator, framework=framework), print)
     if code:
         raise Exit(code=code)
 
 
 @task(help={**SELECTION_HELP, "json": "print JSON"}, iterable=SELECTION_ITERABLE)
 def env(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-        allocator=None, matrix="matrix.yaml", json=False):
+        allocator=None, framework=None, matrix="matrix.yaml", json=False):
     """The environment a variant's image carries: name, value, layer and source."""
     _run(cli.show_env, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator), print, json)
+        profile=profile, env=env, allocator=allocator, framework=framework), print, json)
 
 
 @task(help={**SELECTION_HELP, **SOURCE_HELP, "out": "output directory (default build/contexts)",
@@ -156,7 +160,7 @@ def env(c, device=None, backend=None, release=None, os=None, arch=None, python=N
             "update": "rewrite rendered/ (what CI publishes and every default image) from the matrix"},
       iterable=SELECTION_ITERABLE)
 def render(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-           allocator=None, matrix="matrix.yaml", out="build/contexts", cann_source=None, cann_dir=None,
+           allocator=None, framework=None, matrix="matrix.yaml", out="build/contexts", cann_source=None, cann_dir=None,
            cann_image=None, checksums=None, artifacts_dir=None, torch_index_url=None, base_image=None,
            namespace=DEFAULT_NAMESPACE, check=False, update=False):
     """Render the build context (Dockerfile and files) of every stage of the selection; or check/update the
@@ -168,7 +172,7 @@ def render(c, device=None, backend=None, release=None, os=None, arch=None, pytho
         return
     _run(cli.render_selection, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator),
+        profile=profile, env=env, allocator=allocator, framework=framework),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          Path(out), print, namespace, base_image)
 
@@ -176,7 +180,8 @@ def render(c, device=None, backend=None, release=None, os=None, arch=None, pytho
 @task(help={**SELECTION_HELP, **SOURCE_HELP, **CACHE_HELP, **INPUT_HELP},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
 def build(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-          allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          allocator=None, framework=None,
+          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, cache_dir=None, fetch=False, os_mirror=None,
           pip_index_url=None, pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None,
           ca_bundle=None, netrc=None, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir="build", force=False,
@@ -184,7 +189,7 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     _run(cli.build_selection, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator),
+        profile=profile, env=env, allocator=allocator, framework=framework),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, cache_dir),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
@@ -197,13 +202,14 @@ def build(c, device=None, backend=None, release=None, os=None, arch=None, python
             "record": "pin every download PyPI does not carry that pins.yaml lacks, there (review the diff, commit)"},
       iterable=SELECTION_ITERABLE)
 def fetch(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-          allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          allocator=None, framework=None,
+          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, dest=None, record=False):
     """Download every file the selection needs (CANN, kernel zips, tag archives, vendor wheels, BiSheng Python,
     sdists) into the cache, verified against pins.yaml; what it lacks is trusted on first use on this host."""
     _run(cli.fetch_selection, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator),
+        profile=profile, env=env, allocator=allocator, framework=framework),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url, dest), print,
          record=record)
 
@@ -231,14 +237,15 @@ TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image"
             "stage_cache": CACHE_HELP["stage_cache"]},
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host", "image"])
 def test(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-         allocator=None, matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None,
+         allocator=None, framework=None,
+         matrix="matrix.yaml", image=None, cann_source=None, cann_dir=None, cann_image=None,
          checksums=None, artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None,
          pip_extra_index_url=None, pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
          namespace=DEFAULT_NAMESPACE, work_dir="build", stage_cache=None):
     """Build what is missing, then run the image test suite against each image of the selection."""
     results = _run(cli.run_image_tests, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator),
+        profile=profile, env=env, allocator=allocator, framework=framework),
                    cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
                    cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []),
                                   list(pip_trusted_host or []), offline, wheelhouse, ca_bundle, netrc),
@@ -270,7 +277,7 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
       # environment); -d stays the selection's --device, so --detach has none
       short={"volume": "v", "publish": "p", "workdir": "w", "python": None, "devices": None, "host_root": None})
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
-        allocator=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
+        allocator=None, framework=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
         driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False,
         volume=None, publish=None, detach=False, restart=None, workdir=None, format="docker,compose", replicas="0"):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
@@ -278,7 +285,7 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
 
     code = _run(cli.run_image, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator),
+        profile=profile, env=env, allocator=allocator, framework=framework),
                 cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name,
                              volumes=list(volume or []), publish=list(publish or []), detach=detach,
                              restart=restart, workdir=workdir, format=format,
@@ -302,7 +309,8 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
       iterable=[*SELECTION_ITERABLE, "pip_extra_index_url", "pip_trusted_host"])
 def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os=None, arch=None, python=None,
           profile=None, env=None,
-          allocator=None, matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
+          allocator=None, framework=None,
+          matrix="matrix.yaml", cann_source=None, cann_dir=None, cann_image=None, checksums=None,
           artifacts_dir=None, torch_index_url=None, os_mirror=None, pip_index_url=None, pip_extra_index_url=None,
           pip_trusted_host=None, offline=False, wheelhouse=None, ca_bundle=None, netrc=None,
           namespace="ascend-images-bench", work_dir="build", json="build/bench.json", runs="7", quick=False,
@@ -311,7 +319,7 @@ def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os
     start-up cost."""
     _run(cli.bench, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator),
+        profile=profile, env=env, allocator=allocator, framework=framework),
          cli.SourceFlags(cann_source, cann_dir, cann_image, checksums, artifacts_dir, torch_index_url),
          cli.InputFlags(os_mirror, pip_index_url, list(pip_extra_index_url or []), list(pip_trusted_host or []),
                         offline, wheelhouse, ca_bundle, netrc),
@@ -329,12 +337,13 @@ def bench(c, device="a3", backend="vllm,sglang", release="cann8.5.0-pt2.8.0", os
             "allow_test_double": "publish images built from test doubles (the project's own tests only)"},
       iterable=SELECTION_ITERABLE)
 def publish(c, registry, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None,
-            env=None, allocator=None, matrix="matrix.yaml", dry_run=False, force=False, namespace=DEFAULT_NAMESPACE,
+            env=None, allocator=None, framework=None,
+            matrix="matrix.yaml", dry_run=False, force=False, namespace=DEFAULT_NAMESPACE,
             report="build/publish-report.json", only="all", allow_test_double=False):
     """Push per-arch tags, then manifest lists, then moving aliases; nothing partial."""
     _run(cli.publish, _selection(
         matrix=matrix, device=device, backend=backend, release=release, os=os, arch=arch, python=python,
-        profile=profile, env=env, allocator=allocator), print,
+        profile=profile, env=env, allocator=allocator, framework=framework), print,
          registry=registry, dry_run=dry_run, force=force, namespace=namespace, report_path=Path(report), only=only,
          allow_test_double=allow_test_double)
 

@@ -82,6 +82,7 @@ class Selection:
     profile: str | None = None
     env: list[str] = field(default_factory=list)
     allocator: str | None = None
+    framework: str | None = None
 
     def load(self) -> Matrix:
         return load_matrix(checked_path("--matrix", self.matrix, "file"))
@@ -90,7 +91,8 @@ class Selection:
         matrix = matrix or self.load()
         return select(matrix, device=self.device, backend=self.backend, release=self.release, os=self.os,
                       arch=self.arch, python=self.python, profile=self.profile,
-                      env=parse_env_overrides(self.env), allocator=self.allocator)
+                      env=parse_env_overrides(self.env), allocator=self.allocator,
+                      framework=self.framework)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from ascend_images.matrix.schema import (
     ArchSpec,
     CannReleaseSpec,
     DeviceSpec,
+    FrameworkPins,
     LayoutSpec,
     MatrixSpec,
     OsSpec,
@@ -102,6 +103,16 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
             check("backend", backend, spec.backends, f"releases.{name}.backends")
         for flavour in release.python:
             check("python", flavour, spec.python, f"releases.{name}.python")
+        for fw, pins in release.frameworks.items():
+            where = f"releases.{name}.frameworks.{fw}"
+            check("framework", fw, spec.frameworks, where)
+            for backend in pins.backends:
+                check("backend", backend, release.backends.model_fields_set, f"{where}.backends")
+    for name, fw_spec in spec.frameworks.items():
+        for backend in [*fw_spec.backends, *fw_spec.why_not]:
+            check("backend", backend, spec.backends, f"frameworks.{name}")
+    for fw in spec.env.framework:
+        check("framework", fw, spec.frameworks, "env.framework")
     d = spec.defaults
     check("os", d.os, spec.os, "defaults.os")
     check("arch", d.arch, spec.arches, "defaults.arch")
@@ -135,6 +146,8 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
         check("backend", entry.backend, spec.backends, where)
         check("release", entry.release, spec.releases, where)
         check("os", entry.os, spec.os, where)
+        if entry.framework != "none":
+            check("framework", entry.framework, spec.frameworks, where)
         for arch in entry.arches:
             check("arch", arch, spec.arches, where)
     return problems
@@ -154,6 +167,7 @@ class Variant:
     profile: str = "production"
     user_env: tuple[tuple[str, str], ...] = ()
     allocator: str | None = None  # None: the backend's (backends.<name>.allocator)
+    framework: str = "none"  # an RL framework over the backend (frameworks.<name>), or none
 
     # --- resolved facts ------------------------------------------------------------------------
     @property
@@ -211,6 +225,10 @@ class Variant:
         return pins if isinstance(pins, VllmPins | SglangPins) else None
 
     @property
+    def framework_pins(self) -> FrameworkPins | None:
+        return self.release.frameworks.get(self.framework) if self.framework != "none" else None
+
+    @property
     def python_version(self) -> str:
         return self.python_spec.version
 
@@ -262,7 +280,8 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return f"{self.release_name}/{self.device}/{self.backend}/{self.os}/{self.arch}/{self.python}"
+        top = self.backend if self.framework == "none" else f"{self.backend}+{self.framework}"
+        return f"{self.release_name}/{self.device}/{top}/{self.os}/{self.arch}/{self.python}"
 
     def describe(self) -> dict[str, Any]:
         pins: dict[str, Any] = {}
@@ -284,6 +303,8 @@ class Variant:
             "profile": self.profile,
             "allocator": self.allocator_name,
             **pins,
+            **({"framework": self.framework, f"{self.framework}_version": self.framework_pins.version}
+               if self.framework_pins else {}),
         }
 
 
@@ -326,6 +347,7 @@ def select(
     profile: str | None = None,
     env: dict[str, str] | None = None,
     allocator: str | None = None,
+    framework: str | None = None,
 ) -> list[Variant]:
     """Variants for the given flags; lists are comma-separated. Unset flags take the matrix defaults."""
     spec = matrix.spec
@@ -341,6 +363,9 @@ def select(
         raise SelectionError(unknown("python", python, spec.python, "from --python"))
     if allocator is not None and allocator not in spec.allocators:
         raise SelectionError(unknown("allocator", allocator, spec.allocators, "from --allocator"))
+    if framework is not None and framework not in ("none", *spec.frameworks):
+        raise SelectionError(unknown("framework", framework, ["none", *spec.frameworks], "from --framework"))
+    framework = framework or "none"
 
     variants = []
     for dev in devices:
@@ -358,6 +383,8 @@ def select(
                     f"{', '.join(sorted(rel.backends.model_fields_set))}); releases with {be!r}: "
                     f"{', '.join(_with_backend(matrix, be)) or 'none'}"
                 )
+            if framework != "none":
+                check_framework(matrix, name, be, framework)
             py = python or (d.python if d.python in rel.python else rel.python[0])
             if py not in rel.python:
                 raise SelectionError(
@@ -379,9 +406,34 @@ def select(
                             user_env=tuple(sorted((env or {}).items())),
                             # the backend's own allocator is no choice: it keeps the variant equal to the default
                             allocator=None if allocator == spec.backends[be].allocator else allocator,
+                            framework=framework,
                         )
                     )
     return variants
+
+
+def framework_pairs(matrix: Matrix, framework: str) -> list[str]:
+    """Where a framework goes: 'release/backend' for every release that pins it."""
+    return [f"{name}/{backend}" for name, rel in matrix.spec.releases.items()
+            for fw, pins in rel.frameworks.items() if fw == framework for backend in pins.backends]
+
+
+def check_framework(matrix: Matrix, release: str, backend: str, framework: str) -> None:
+    """A framework goes over a backend only where the matrix pins it for that release and backend; otherwise the
+    error says why (the framework's or the release's reason) and what would work."""
+    spec = matrix.spec.frameworks[framework]
+    pins = matrix.spec.releases[release].frameworks.get(framework)
+    works = ", ".join(framework_pairs(matrix, framework)) or "nowhere yet"
+    hint = f"--framework {framework} works with (release/backend): {works}"
+    if backend not in spec.backends:
+        why = spec.why_not.get(backend, f"{framework} runs its rollouts on {', '.join(spec.backends)}")
+        raise SelectionError(f"--framework {framework} with --backend {backend}: not supported: {why}. {hint}")
+    if pins is None:
+        raise SelectionError(f"--framework {framework}: release {release!r} pins no {framework} version. {hint}")
+    if backend not in pins.backends:
+        why = pins.why_not.get(backend, f"the release pins {framework} over {', '.join(pins.backends)} only")
+        raise SelectionError(f"--framework {framework} with --backend {backend} on release {release!r}: not "
+                             f"supported: {why}. {hint}")
 
 
 def _with_backend(matrix: Matrix, backend: str) -> list[str]:
@@ -394,11 +446,13 @@ def all_variants(matrix: Matrix) -> list[Variant]:
     out = []
     for name, rel in spec.releases.items():
         for backend in sorted(rel.backends.model_fields_set):
+            frameworks = ["none", *(fw for fw, pins in rel.frameworks.items() if backend in pins.backends)]
             for py in rel.python:
-                out.extend(
-                    select(matrix, device=list(spec.devices), backend=backend, release=name,
-                           os=list(spec.os), arch=list(spec.arches), python=py)
-                )
+                for fw in frameworks:
+                    out.extend(
+                        select(matrix, device=list(spec.devices), backend=backend, release=name,
+                               os=list(spec.os), arch=list(spec.arches), python=py, framework=fw)
+                    )
     return out
 
 

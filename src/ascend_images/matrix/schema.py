@@ -228,6 +228,51 @@ class ReleaseBackends(Strict):
     sglang: SglangPins | None = None
 
 
+class FrameworkArchive(Strict):
+    """A framework's part that no package index carries (ROLL, MindSpeed): its git tag's archive, pinned in pins.yaml
+    like every such download, installed --no-deps after the lock (its own requirements are in the framework's
+    listed requirements)."""
+
+    name: str  # the distribution it installs
+    version: str
+    file: str
+    url: str
+    source: str
+
+
+class FrameworkPins(Strict):
+    """One framework's versions in a release: what it installs over which of the release's backends."""
+
+    version: str
+    backends: list[str]  # the release's backends it is supported over (others are refused, with why_not)
+    # PyPI packages installed --no-deps, as upstream's install guide does (`pip install --no-deps`): the lock is
+    # resolved without their metadata, and `pip check` waives what they alone declare
+    no_deps: list[str] = Field(default_factory=list)
+    # committed transcriptions of upstream's requirement files (paths beside matrix.yaml), resolved into the lock
+    requirements: list[str] = Field(default_factory=list)
+    archives: list[FrameworkArchive] = Field(default_factory=list)
+    # a backend of this release the framework does not go over -> why (said when it is asked for)
+    why_not: dict[str, str] = Field(default_factory=dict)
+    source: str
+
+    @field_validator("no_deps")
+    @classmethod
+    def _exact_pins(cls, values: list[str]) -> list[str]:
+        for value in values:
+            name, sep, version = value.partition("==")
+            if not sep or not name.strip() or not version.strip():
+                raise ValueError(f"a --no-deps package must be pinned as NAME==VERSION, got {value!r}")
+        return values
+
+
+class FrameworkSpec(Strict):
+    description: str
+    module: str  # the import name, for the image tests
+    backends: list[str]  # every backend the framework can go over at all
+    why_not: dict[str, str] = Field(default_factory=dict)  # backend -> why never
+    source: str
+
+
 class ReleaseSpec(Strict):
     description: str
     cann: str
@@ -235,6 +280,7 @@ class ReleaseSpec(Strict):
     torch_npu: str
     python: list[Literal["system", "bisheng"]]
     backends: ReleaseBackends
+    frameworks: dict[str, FrameworkPins] = Field(default_factory=dict)
     blocked: str | None = None  # why its backends cannot be locked from the configured index (invoke lock)
     source: str
 
@@ -270,6 +316,7 @@ class EnvSpec(Strict):
     common: EnvTable
     device: dict[str, EnvTable]
     backend: dict[str, EnvTable]
+    framework: dict[str, EnvTable] = Field(default_factory=dict)
     profile: dict[str, EnvTable]
 
 
@@ -279,6 +326,7 @@ class CiEntry(Strict):
     release: str
     os: str
     arches: list[str]
+    framework: str = "none"
 
 
 class CiSpec(Strict):
@@ -315,6 +363,7 @@ class MatrixSpec(Strict):
     layouts: dict[str, LayoutSpec]
     torch: TorchSpec
     backends: dict[str, BackendSpec]
+    frameworks: dict[str, FrameworkSpec] = Field(default_factory=dict)
     releases: dict[str, ReleaseSpec]
     # package -> where `invoke lock` looks for a pinned version PyPI lacks (the lock records the file and sha256)
     package_indexes: dict[str, PackageIndexSpec] = Field(default_factory=dict)
