@@ -392,12 +392,15 @@ def npu_gate(c, report=None, runs="build/npu/runs.tsv"):
             "index_url": "the package index to resolve against (default PyPI)",
             "torch_index_url": "index of the x86_64 torch CPU build (default: the matrix's)",
             "extra_index_url": "another index to resolve against (repeatable; builds need it too)",
-            "matrix": SELECTION_HELP["matrix"], "work_dir": INPUT_HELP["work_dir"]},
+            "matrix": SELECTION_HELP["matrix"], "work_dir": INPUT_HELP["work_dir"],
+            "framework": "only this framework's locks (over existing backend locks); default: backend locks, then "
+                         "every framework's"},
       iterable=["extra_index_url"])
 def lock(c, release=None, backend=None, arch=None, check=False, index_url="", torch_index_url=None,
-         extra_index_url=None, matrix="matrix.yaml", work_dir="build"):
-    """Resolve each backend's lock (locks/<release>/<backend>-<arch>.txt) for its target platform."""
-    flags = cli.LockFlags(release, backend, arch, index_url, torch_index_url, list(extra_index_url or []))
+         extra_index_url=None, matrix="matrix.yaml", work_dir="build", framework=None):
+    """Resolve each backend's lock (locks/<release>/<backend>-<arch>.txt) for its target platform, then each
+    framework's over it (locks/<release>/<backend>-<framework>-<arch>.txt)."""
+    flags = cli.LockFlags(release, backend, arch, index_url, torch_index_url, list(extra_index_url or []), framework)
     code = _run(cli.make_locks, cli.Selection(matrix), flags, print, check=check,
                 cache_dir=Path(work_dir) / "cache" / "sdists")
     if code:

@@ -82,6 +82,10 @@ CI_SELECTIONS = [
     # SGLang's current NPU line from its tag archive (the double: PyPI's wheel's code) and the committed dependency
     # list's lock, with the fake sgl-kernel-npu 2026.7.27 zip and triton-ascend 3.2.1.dev20260530
     {"device": "a3", "backend": "sglang", "release": "cann9.0.0-sglang0.5.17"},
+    # verl over both backends its Ascend guide installs it on (the framework's defaults: SGLang 0.5.10 on CANN 8.5.0,
+    # vLLM-Ascend 0.23.0 on CANN 9.1.0): verl, megatron-core and the rest from their lock, MindSpeed's archive double
+    {"device": "a3", "backend": "sglang", "framework": "verl"},
+    {"device": "a3", "backend": "vllm", "framework": "verl"},
     # thin overlays on the A3 torch image: a profile; an --env value given at build time with an allocator
     # the backend does not preload by default (one image for both, to keep CI's image count down)
     {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "profile": "debug"},
@@ -163,7 +167,9 @@ def fake_cann_dir(work_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def fake_artifacts_dir(work_dir: Path) -> Path:
     """The test doubles of every download PyPI does not carry but CANN, served like an --artifacts-dir: the
-    sgl-kernel-npu release zips, the triton-ascend wheels, and SGLang's tag archive with PyPI's wheel's code."""
+    sgl-kernel-npu release zips, the triton-ascend wheels, SGLang's tag archive with PyPI's wheel's code, and the
+    MindSpeed and ROLL archives."""
+    from tests.fixtures.fake_framework_archives.make_archives import write_archives
     from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
     from tests.fixtures.fake_sglang_tag.make_archive import wheel_sources, write_archive
     from tests.fixtures.fake_triton_ascend.make_wheel import write_wheels
@@ -172,6 +178,7 @@ def fake_artifacts_dir(work_dir: Path) -> Path:
     write_zips(out, arches=[TEST_ARCH])
     write_wheels(out, arches=[TEST_ARCH], pypi_code=work_dir / "pypi")
     write_archive(out, SGLANG_TAG, wheel_sources(SGLANG_TAG, work_dir / "pypi"))
+    write_archives(out)
     return out
 
 

@@ -12,7 +12,15 @@ from pathlib import Path
 from ascend_images.errors import AscendImagesError, SelectionError
 from ascend_images.flags import InputFlags, LockFlags, RunFlags, Selection, SourceFlags
 from ascend_images.inputs.checksums import parse_checksums
-from ascend_images.inputs.lockfile import LockError, LockSpec, check_lock, lock_specs, locks_dir, parse_lock
+from ascend_images.inputs.lockfile import (
+    LockError,
+    LockSpec,
+    check_lock,
+    lock_spec,
+    lock_specs,
+    locks_dir,
+    parse_lock,
+)
 from ascend_images.inputs.pins import pins_path, read_pins
 from ascend_images.matrix.envs import effective_env
 from ascend_images.matrix.model import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides
@@ -584,7 +592,7 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
 
     matrix = sel.load()
     root = locks_dir(matrix)
-    specs = lock_selection(sel, flags)
+    specs = [] if flags.framework else lock_selection(sel, flags)
     failed = skipped = 0
     maker = LockMaker(out, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
                       tuple(flags.extra_index_urls), pins=read_pins(pins_path(matrix)))
@@ -613,10 +621,60 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
         except AscendImagesError as exc:
             failed += 1
             out(f"FAILED  {path.relative_to(root.parent)}: {exc}")
-    counted = len(specs) - skipped
+    frameworks = framework_lock_variants(matrix, flags)
+    for v in frameworks:
+        why = not_locked(matrix, lock_spec(v))
+        if why:  # no backend lock to resolve over: the framework's is not to be had either
+            skipped += 1
+            out(f"skipped {v.release_name}/{v.backend}-{v.framework}-{v.arch}: its backend's lock: {why}")
+            continue
+        failed += _framework_lock(v, root, out, check=check, index_url=flags.index_url or PYPI_SIMPLE,
+                                  cache_dir=cache_dir)
+    counted = len(specs) + len(frameworks) - skipped
     out(f"{counted - failed} of {counted} locks {'fresh' if check else 'written'}"
         + (f", {skipped} skipped (the matrix says why)" if skipped else ""))
     return 1 if failed else 0
+
+
+def framework_lock_variants(matrix: Matrix, flags: LockFlags) -> list[Variant]:
+    """One variant per (release, backend, framework, arch) the selection has a framework lock for."""
+    releases = choices("release", "--release", flags.release, matrix.spec.releases)
+    backends = choices("backend", "--backend", flags.backend, ["vllm", "sglang"])
+    arches = choices("arch", "--arch", flags.arch, matrix.spec.arches)
+    frameworks = choices("framework", "--framework", flags.framework, matrix.spec.frameworks)
+    seen: dict[tuple[str, str, str, str], Variant] = {}
+    for v in all_variants(matrix):
+        if (v.framework in frameworks and v.release_name in releases and v.backend in backends and v.arch in arches
+                and v.os == matrix.spec.defaults.os):
+            seen.setdefault((v.release_name, v.backend, v.framework, v.arch), v)
+    if flags.framework and not seen:
+        raise SelectionError(f"--framework {flags.framework}: no release in the selection pins it")
+    return [seen[k] for k in sorted(seen)]
+
+
+def _framework_lock(v: Variant, root: Path, out: Out, *, check: bool, index_url: str, cache_dir: Path) -> int:
+    """Check or make one framework lock; 1 when it failed (said), else 0. A framework lock needs its backend's lock
+    fresh: when that is missing or stale, the framework's fails and says so."""
+    from ascend_images.inputs.frameworklock import check_framework_lock, framework_lock_spec, make_framework_lock
+
+    where = f"{v.release_name}/{v.backend}-{v.framework}-{v.arch}"
+    try:
+        spec = framework_lock_spec(v)
+        path = spec.path(root)
+        where = str(path.relative_to(root.parent))
+        if check:
+            if not path.is_file():
+                raise LockError(f"missing: {spec.command}")
+            check_framework_lock(spec, parse_lock(path))
+            out(f"ok      {where}")
+            return 0
+        started = time.monotonic()
+        written = make_framework_lock(spec, root, out, cache_dir, index_url)
+        out(f"wrote   {where}: {len(parse_lock(written).pins)} packages ({time.monotonic() - started:.1f}s)")
+        return 0
+    except AscendImagesError as exc:
+        out(f"FAILED  {where}: {exc}")
+        return 1
 
 
 def not_locked(matrix, spec: LockSpec) -> str:

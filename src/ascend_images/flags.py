@@ -222,3 +222,5 @@ class LockFlags:
     index_url: str = ""
     torch_index_url: str | None = None
     extra_index_urls: list[str] = field(default_factory=list)
+    # default: every framework lock of the selection after its backend's; one name: only that framework's locks
+    framework: str | None = None

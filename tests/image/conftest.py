@@ -12,8 +12,8 @@ from ascend_images.stages.names import image_tag
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
 
 
-def ci_image_backends() -> dict[str, str]:
-    """The tags the CI selection produces, with each one's backend, known without an engine (plans are
+def ci_image_variants() -> dict:
+    """The tags the CI selection produces, with each one's variant, known without an engine (plans are
     deterministic)."""
     from ascend_images.matrix.model import load_matrix
 
@@ -22,8 +22,13 @@ def ci_image_backends() -> dict[str, str]:
     for selection in CI_SELECTIONS:
         chosen = {**selection, "env": parse_env_overrides(selection.get("env", []))}
         for v in select(matrix, arch=TEST_ARCH, **chosen):
-            out[image_tag(v, TEST_NAMESPACE)] = v.backend
+            out[image_tag(v, TEST_NAMESPACE)] = v
     return dict(sorted(out.items()))
+
+
+def ci_image_backends() -> dict[str, str]:
+    """The tags the CI selection produces, with each one's backend."""
+    return {tag: v.backend for tag, v in ci_image_variants().items()}
 
 
 def ci_image_tags() -> list[str]:
@@ -37,6 +42,9 @@ def pytest_generate_tests(metafunc):
             # a check of what only a backend image has runs on those: deselected, not skipped, on the others
             backends = ci_image_backends()
             images = [i for i in images if backends[i] != "none"]
+        if metafunc.definition.get_closest_marker("framework_image") and not metafunc.config.getoption("--image"):
+            variants = ci_image_variants()
+            images = [i for i in images if variants[i].framework != "none"]
         metafunc.parametrize("image", images, ids=[i.rsplit(":", 1)[-1] for i in images], scope="module",
                              indirect=True)
 

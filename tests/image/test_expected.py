@@ -59,6 +59,11 @@ CANN_83_A2 = {**CANN_850_A3, **A2_LABELS, "io.ascend-images.cann": "8.3.RC1",
               "io.ascend-images.torch": "2.7.1", "io.ascend-images.torch-npu": "2.7.1.post2",
               "io.ascend-images.release": "cann8.3.rc1-sglang0.5.8"}
 TCMALLOC = f"/usr/lib/{TEST_ARCH}-linux-gnu/libtcmalloc.so.4"  # ref004 2.2; Debian libgoogle-perftools4
+VERL = {  # ref002 (3.环境变量与参数); verl multi-machine_task_startup_practice.rst; install_guidance.rst; ref001 (MC2)
+    "HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050", "HCCL_NPU_SOCKET_PORT_RANGE": "61000-61050",
+    "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1", "HCCL_ASYNC_ERROR_HANDLING": "0", "RAY_DEDUP_LOGS": "0",
+    "HYDRA_FULL_ERROR": "1", "TRANSFORMERS_VERBOSITY": "error", "VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE": "1",
+}
 EXPECTED = {
     f"torch-npu:2.8.0.post2-{TAIL}": {
         "env": {**COMMON, **PRODUCTION},
@@ -132,6 +137,32 @@ EXPECTED = {
                    "io.ascend-images.sglang": "0.5.17", "io.ascend-images.sgl-kernel-npu": "2026.7.27",
                    "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production",
                    "io.ascend-images.test-double": "cann,sgl-kernel-npu,off-pypi-wheels"},
+    },
+    # verl over SGLang 0.5.10 on CANN 8.5.0 (verl's install guide, section 3): SGLang's layer (ref002) and verl's
+    # training settings: ref002 section 3 (the HCCL port ranges, Ray's device variable), verl's multi-machine practice
+    # (HCCL async error handling off, Ray's log dedup off, Hydra's full errors), its install guide (transformers'
+    # log filter) and ref001's MC2 fused-operator switch
+    f"verl:0.9.1-sglang0.5.10-{TAIL}": {
+        "env": {**COMMON, **PRODUCTION, **VERL, "SGLANG_DEEPEP_BF16_DISPATCH": "1", "LD_PRELOAD": JEMALLOC,
+                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-8.5.0"},
+        "absent": ["VLLM_USE_V1", "ATB_CXX_ABI", "VLLM_ALLOW_INSECURE_SERIALIZATION"],
+        "labels": {**CANN_850_A3, "io.ascend-images.stage": "framework", "io.ascend-images.backend": "sglang",
+                   "io.ascend-images.sglang": "0.5.10", "io.ascend-images.sgl-kernel-npu": "2026.02.01",
+                   "io.ascend-images.framework": "verl", "io.ascend-images.framework-version": "0.9.1",
+                   "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production",
+                   "io.ascend-images.test-double": "cann,sgl-kernel-npu,framework-archives"},
+    },
+    # verl over vLLM-Ascend 0.23.0 on CANN 9.1.0 (verl's install guide, section 2): vLLM's layer (ref000), then verl's
+    f"verl:0.9.1-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
+        "env": {**COMMON, **PRODUCTION, **VERL, "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
+                "VLLM_ASCEND_ENABLE_FLASHCOMM": "1", "VLLM_ASCEND_ENABLE_DENSE_OPTIMIZE": "1",
+                "VLLM_ASCEND_ENABLE_PREFETCH_MLP": "1", "LD_PRELOAD": JEMALLOC, "ATB_CXX_ABI": "1",
+                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
+        "absent": ["SGLANG_DEEPEP_BF16_DISPATCH", "VLLM_ALLOW_INSECURE_SERIALIZATION"],
+        "labels": {**CANN_910_A3, "io.ascend-images.stage": "framework", "io.ascend-images.backend": "vllm",
+                   "io.ascend-images.vllm-ascend": "0.23.0", "io.ascend-images.framework": "verl",
+                   "io.ascend-images.framework-version": "0.9.1", "io.ascend-images.allocator": "jemalloc",
+                   "io.ascend-images.test-double": "cann,off-pypi-wheels,framework-archives"},
     },
 }
 

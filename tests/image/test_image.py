@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ascend_images.inputs.frameworklock import no_deps_installed
 from ascend_images.inputs.lockfile import parse_lock_text
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.envs import effective_env
@@ -56,8 +57,13 @@ def test_pip_check(host):
     result = host.run("pip check")
     lock_file = host.file("/etc/ascend-images/backend-lock.txt")
     lock = parse_lock_text(lock_file.content_string, Path("backend-lock.txt")) if lock_file.exists else None
-    overrides = lock.overrides if lock else ()
+    overrides = list(lock.overrides) if lock else []
     no_deps = {f.name: f.version for f in lock.off_pypi} if lock else {}
+    framework_file = host.file("/etc/ascend-images/framework-lock.txt")
+    if framework_file.exists:  # a framework image: its lock's overrides, and what it installs --no-deps, too
+        framework = parse_lock_text(framework_file.content_string, Path("framework-lock.txt"))
+        overrides += framework.overrides
+        no_deps |= no_deps_installed(framework)
     if result.rc == 0 or (not overrides and not no_deps):
         assert result.rc == 0, result.stdout + result.stderr
         return

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ascend_images.inputs.frameworklock import check_framework_lock, framework_lock_spec
 from ascend_images.inputs.lockfile import LockError, check_lock, load_lock, lock_spec, lock_specs, locks_dir, parse_lock
 from ascend_images.inputs.lockgen import sdist_build_requirements, tree_requirements, without_held, write_lock
 from ascend_images.inputs.pypi import IndexFile, has_wheel
@@ -36,9 +37,15 @@ def test_every_committed_lock_matches_the_matrix():
     specs = {(s.release, s.backend, s.arch): s for s in lock_specs(matrix, all_variants(matrix))}
     committed = sorted(root.glob("*/*.txt"))
     assert committed, "no locks committed"
+    # a framework's lock (<backend>-<framework>-<arch>.txt) is checked against its spec, the backend lock included
+    frameworks = {(v.release_name, f"{v.backend}-{v.framework}", v.arch): v for v in all_variants(matrix)
+                  if v.framework != "none"}
     for path in committed:
         key = (path.parent.name, *path.stem.rsplit("-", 1))
-        assert key in specs, f"{path} belongs to no (release, backend, arch) of the matrix"
+        if key in frameworks:
+            check_framework_lock(framework_lock_spec(frameworks[key]), parse_lock(path))
+            continue
+        assert key in specs, f"{path} belongs to no (release, backend[-framework], arch) of the matrix"
         check_lock(specs[key], parse_lock(path))
     for key in REQUIRED:
         assert specs[key].path(root).is_file(), f"missing lock: {specs[key].command}"

@@ -101,7 +101,16 @@ def off_pypi_wanted(v: Variant) -> list[Wanted]:
     return out
 
 
+def framework_wanted(v: Variant) -> list[Wanted]:
+    """A framework's tag archives (MindSpeed, ROLL): no index carries them, so pins.yaml pins them (or fetch records
+    them on first use)."""
+    pins = v.framework_pins
+    if pins is None:
+        return []
+    return [Wanted(f"archive:{a.name}", a.file, a.url, "artifacts") for a in pins.archives]
+
+
 def variant_wanted(v: Variant, cann: bool = True) -> list[Wanted]:
     """Everything the variant downloads, CANN first (the largest), in install order."""
     return [*(cann_wanted(v) if cann else []), *bisheng_wanted(v), *sglang_wanted(v), *sdist_wanted(v),
-            *off_pypi_wanted(v)]
+            *off_pypi_wanted(v), *framework_wanted(v)]

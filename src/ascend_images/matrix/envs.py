@@ -1,4 +1,4 @@
-"""Environment layers with provenance: common < device < backend < allocator < profile < user --env.
+"""Environment layers with provenance: common < device < backend < allocator < framework < profile < user --env.
 
 Each resolved variable remembers which layer set it and the source that layer cites, and which
 lower layers it overrode, so `invoke env` can say why a value is what it is.
@@ -30,9 +30,10 @@ class EnvValue:
 
 
 def layers(variant: Variant, *, backend: bool = True, profile: str | None = None, user: bool = True,
-           allocator: str | None = None) -> list[tuple[str, dict[str, tuple[str, str]]]]:
+           allocator: str | None = None, framework: bool = True) -> list[tuple[str, dict[str, tuple[str, str]]]]:
     """The layers of a variant, lowest first, as (layer name, {NAME: (value, source)}). The allocator layer
-    (LD_PRELOAD) comes with the backend: `allocator` overrides the variant's."""
+    (LD_PRELOAD) comes with the backend: `allocator` overrides the variant's. The framework's layer (RL training
+    settings) sits on the backend's, under the profile."""
     env = variant.matrix.spec.env
 
     def table(t: EnvTable | None) -> dict[str, tuple[str, str]]:
@@ -46,6 +47,8 @@ def layers(variant: Variant, *, backend: bool = True, profile: str | None = None
     if backend:
         out.append((f"backend:{variant.backend}", table(env.backend.get(variant.backend))))
         out.extend(allocator_layer(variant, allocator or variant.allocator_name))
+        if framework and variant.framework != "none":
+            out.append((f"framework:{variant.framework}", table(env.framework.get(variant.framework))))
     out.append((f"profile:{profile}", table(env.profile.get(profile))))
     if user and variant.user_env:
         out.append(("user", {k: (v, "--env") for k, v in variant.user_env}))
@@ -75,7 +78,7 @@ def effective_env(variant: Variant, **kwargs: object) -> dict[str, EnvValue]:
     return resolve(layers(variant, **kwargs))  # type: ignore[arg-type]
 
 
-def baked_env(variant: Variant, *, backend: bool) -> dict[str, EnvValue]:
+def baked_env(variant: Variant, *, backend: bool, framework: bool = False) -> dict[str, EnvValue]:
     """What a heavy stage bakes: every layer but the user's, with the matrix's default profile.
 
     A non-default profile, allocator and user --env go into a thin overlay image on top, so that choosing
@@ -83,4 +86,4 @@ def baked_env(variant: Variant, *, backend: bool) -> dict[str, EnvValue]:
     """
     default_profile = variant.matrix.spec.defaults.profile
     return resolve(layers(variant, backend=backend, profile=default_profile, user=False,
-                          allocator=variant.default_allocator))
+                          allocator=variant.default_allocator, framework=framework))

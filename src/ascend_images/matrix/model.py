@@ -128,6 +128,14 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
             check("release", release, spec.releases, where)
             if release in spec.releases and backend not in spec.releases[release].backends.model_fields_set:
                 problems.append(f"{where}: release {release!r} has no {backend!r} backend")
+    for framework, per_backend in d.framework_release.items():
+        check("framework", framework, spec.frameworks, "defaults.framework_release")
+        for backend, release in per_backend.items():
+            where = f"defaults.framework_release.{framework}.{backend}"
+            check("release", release, spec.releases, where)
+            pins = spec.releases[release].frameworks.get(framework) if release in spec.releases else None
+            if release in spec.releases and (pins is None or backend not in pins.backends):
+                problems.append(f"{where}: release {release!r} pins no {framework} over {backend!r}")
     for device in spec.env.device:
         check("device", device, spec.devices, "env.device")
     for backend in spec.env.backend:
@@ -370,7 +378,7 @@ def select(
     variants = []
     for dev in devices:
         for be in backends:
-            name = release or d.release.get(dev, {}).get(be)
+            name = release or d.framework_release.get(framework, {}).get(be) or d.release.get(dev, {}).get(be)
             if name is None:
                 raise SelectionError(
                     f"no default release for device {dev!r} and backend {be!r} in defaults.release; "
@@ -415,7 +423,7 @@ def select(
 def framework_pairs(matrix: Matrix, framework: str) -> list[str]:
     """Where a framework goes: 'release/backend' for every release that pins it."""
     return [f"{name}/{backend}" for name, rel in matrix.spec.releases.items()
-            for fw, pins in rel.frameworks.items() if fw == framework for backend in pins.backends]
+            for fw, pins in rel.frameworks.items() if fw == framework and not pins.blocked for backend in pins.backends]
 
 
 def check_framework(matrix: Matrix, release: str, backend: str, framework: str) -> None:
@@ -434,6 +442,9 @@ def check_framework(matrix: Matrix, release: str, backend: str, framework: str) 
         why = pins.why_not.get(backend, f"the release pins {framework} over {', '.join(pins.backends)} only")
         raise SelectionError(f"--framework {framework} with --backend {backend} on release {release!r}: not "
                              f"supported: {why}. {hint}")
+    if pins.blocked:
+        raise SelectionError(f"--framework {framework} {pins.version} with --backend {backend} on release {release!r} "
+                             f"is blocked (matrix.yaml): {pins.blocked}")
 
 
 def _with_backend(matrix: Matrix, backend: str) -> list[str]:
@@ -446,7 +457,8 @@ def all_variants(matrix: Matrix) -> list[Variant]:
     out = []
     for name, rel in spec.releases.items():
         for backend in sorted(rel.backends.model_fields_set):
-            frameworks = ["none", *(fw for fw, pins in rel.frameworks.items() if backend in pins.backends)]
+            frameworks = ["none", *(fw for fw, pins in rel.frameworks.items()
+                                    if backend in pins.backends and not pins.blocked)]
             for py in rel.python:
                 for fw in frameworks:
                     out.extend(

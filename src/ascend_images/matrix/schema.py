@@ -250,9 +250,16 @@ class FrameworkPins(Strict):
     no_deps: list[str] = Field(default_factory=list)
     # committed transcriptions of upstream's requirement files (paths beside matrix.yaml), resolved into the lock
     requirements: list[str] = Field(default_factory=list)
+    # PyPI pins upstream's guide installs beside them (e.g. megatron-core for the megatron strategy), resolved too
+    packages: list[str] = Field(default_factory=list)
+    # requirements that win over every other on their package (uv --override), where upstream's lists contradict
+    # the backend or name what no lock can pin (a moving git branch); `pip check` waives what they cause
+    overrides: list[PinOverride] = Field(default_factory=list)
     archives: list[FrameworkArchive] = Field(default_factory=list)
     # a backend of this release the framework does not go over -> why (said when it is asked for)
     why_not: dict[str, str] = Field(default_factory=dict)
+    # why no consistent lock exists (upstream's lists contradict the backend's): the pair is refused, saying this
+    blocked: str | None = None
     source: str
 
     @field_validator("no_deps")
@@ -292,6 +299,8 @@ class DefaultsSpec(Strict):
     profile: str
     cann_source: Literal["image", "url", "local"]
     release: dict[str, dict[str, str]]
+    # framework -> backend -> the release `--framework` picks when no --release is given (both devices)
+    framework_release: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class EnvEntry(Strict):

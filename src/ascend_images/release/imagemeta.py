@@ -26,7 +26,8 @@ def variant_from_labels(matrix: Matrix, labels: dict[str, str], ref: str = "imag
                                     "are not in its labels; test the image below it") from None
     (variant,) = select(matrix, device=values["device"], backend=values["backend"], release=values["release"],
                         os=values["os"], arch=values["arch"], python=values["python"],
-                        profile=values["profile"] or None, env=env, allocator=values["allocator"] or None)
+                        profile=values["profile"] or None, env=env, allocator=values["allocator"] or None,
+                        framework=labels.get(f"{LABEL_PREFIX}.framework") or None)
     return variant
 
 

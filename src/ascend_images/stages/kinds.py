@@ -2,13 +2,14 @@
 is described, and what its build context holds beyond the template's common variables. `plan`, `render` and
 `build` consult this table instead of branching on the kind.
 
-    base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
+    base -> cann-install -> cann -> torch [-> vllm | sglang [-> framework]] [-> overlay]
 
 - base: the OS with Python, tini and the entrypoint (FROM the OS image); skipped when CANN comes from an official
   image, which is then cann-install's parent.
 - cann-install: CANN's packages installed; cann: the same plus the ENV its env scripts set (captured by running
   them in the cann-install image: `captures_env`).
-- torch: torch and torch_npu; vllm / sglang: the backend from its lock; overlay: a non-default profile, allocator
+- torch: torch and torch_npu; vllm / sglang: the backend from its lock; framework: an RL framework (verl, ROLL)
+  from its lock over the backend's, and its tag archives; overlay: a non-default profile, allocator
   or user --env over the image below (a thin image, so such a choice never rebuilds CANN or torch).
 """
 
@@ -21,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ascend_images.inputs.artifacts import bisheng_wanted, off_pypi_wanted, sglang_wanted, source_wanted
+from ascend_images.inputs.artifacts import (
+    bisheng_wanted,
+    framework_wanted,
+    off_pypi_wanted,
+    sglang_wanted,
+    source_wanted,
+)
+from ascend_images.inputs.frameworklock import load_framework_lock
 from ascend_images.inputs.lockfile import LockError, load_lock
 from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Artifact, Sources, sha256_file
 from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
@@ -67,6 +75,12 @@ class StageKind:
     on_official_image: bool = True  # False: skipped when CANN comes FROM an official image (its parent instead)
     # said when the stage's external parent (an image we do not build) can be neither found nor pulled
     missing_parent_hint: Callable[[Variant], str] | None = None
+
+    # the repository when it depends on the variant (a framework's is its name), else `repo`
+    repo_of: Callable[[Variant], str] | None = None
+
+    def repo_for(self, v: Variant) -> str:
+        return self.repo_of(v) if self.repo_of else self.repo
 
     def row_for(self, v: Variant) -> StageKind:
         """The row that names this stage: its own, or for an over-scoped kind the variant's top kind's."""
@@ -285,6 +299,48 @@ def allocator(v: Variant, name: str) -> dict[str, Any]:
             "source": v.matrix.spec.allocators[name].source}
 
 
+# --- framework -------------------------------------------------------------------------------------------------------
+def _framework_labels(stage: Stage) -> dict[str, str]:
+    v, pins = stage.variant, stage.variant.framework_pins
+    if pins is None:
+        return {}
+    return _label(framework=v.framework, framework_version=pins.version)
+
+
+def _framework_version(v: Variant) -> str:
+    assert v.framework_pins is not None
+    return f"{v.framework_pins.version}-{v.backend}{stage_version(v.backend, v)}"
+
+
+def _framework_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                       files: dict[str, bytes]) -> None:
+    v, pins = stage.variant, stage.variant.framework_pins
+    assert pins is not None
+    baked = baked_env(v, backend=True, framework=True)
+    below = baked_env(v, backend=True)
+    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
+    ctx["framework"] = {"name": v.framework, "version": pins.version,
+                        "description": v.matrix.spec.frameworks[v.framework].description}
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
+    try:
+        backend_lock, lock = load_lock(v), load_framework_lock(v)
+        files["framework-lock.txt"] = lock.text.encode()
+        ctx["lock"] = {"missing": "", "overrides": [*backend_lock.overrides, *lock.overrides],
+                       "no_deps": [f"{f.name}=={f.version}" for f in backend_lock.off_pypi] + list(pins.no_deps)}
+    except LockError as exc:
+        if sources.artifacts.strict:
+            raise
+        files["framework-lock.txt"] = f"# LOCK MISSING OR STALE: {exc}\n".encode()
+        ctx["lock"] = {"missing": str(exc), "overrides": [], "no_deps": list(pins.no_deps)}
+    resolved = sources.artifacts.resolve(f"{v.framework} {v.release_name}: tag archives", framework_wanted(v))
+    ctx["archives"] = [{"file": a.file, "url": a.url, "sha256": a.sha256, "name": spec.name, "version": spec.version}
+                       for spec, a in zip(pins.archives, resolved.values(), strict=True)]
+    # the archives go in --no-deps as upstream installs them: their own requirements are the framework's listed ones
+    ctx["lock"]["no_deps"] += [f"{a.name}=={a.version}" for a in pins.archives]
+    record_downloads(stage, ctx, resolved.values())
+    files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
+
+
 # --- overlay ---------------------------------------------------------------------------------------------------------
 def _overlay_labels(stage: Stage) -> dict[str, str]:
     v = stage.variant
@@ -344,6 +400,12 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               lambda s: f"SGLang on CANN {s.variant.release.cann} for {s.variant.device}",
               _sglang_context, repo="sglang", tag_scope="release", version=_sglang_version,
               doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"), ("off-pypi", "off-pypi-wheels"))),
+    StageKind("framework", lambda v: v.framework != "none", _framework_labels,
+              lambda s: f"{s.variant.framework} over {s.variant.backend} on CANN {s.variant.release.cann} for "
+                        f"{s.variant.device}",
+              _framework_context, repo="framework", tag_scope="release", version=_framework_version,
+              doubles=(("cann", "cann"), ("artifacts", "framework-archives"), ("off-pypi", "off-pypi-wheels")),
+              repo_of=lambda v: v.framework),
     StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
               lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),

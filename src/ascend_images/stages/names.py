@@ -78,7 +78,7 @@ def _tag_body(kind: str, v: Variant, arch: bool = True) -> str:
 
 
 def stage_tag(kind: str, v: Variant, namespace: str) -> str:
-    return f"{namespace}/{_kind(kind).row_for(v).repo}:{_tag_body(kind, v)}"
+    return f"{namespace}/{_kind(kind).row_for(v).repo_for(v)}:{_tag_body(kind, v)}"
 
 
 def image_tag(v: Variant, namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -92,7 +92,7 @@ def list_tag(v: Variant) -> str:
 
 
 def repo_name(v: Variant) -> str:
-    return KINDS[top_kind(v)].repo
+    return KINDS[top_kind(v)].repo_for(v)
 
 
 def is_default(v: Variant) -> bool:

@@ -1,0 +1,146 @@
+"""RL framework images (--framework verl|roll): which pairs the matrix allows and why not, the framework's env layer,
+its tag, and its lock over the backend's. Expected names and values are written out by hand from verl's and ROLL's
+Ascend documents (install_guidance.rst, ref002, ROLL's ascend_usage.md), not read from matrix.yaml."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascend_images.errors import SelectionError
+from ascend_images.inputs.frameworklock import (
+    check_framework_lock,
+    framework_lock_spec,
+    load_framework_lock,
+    no_deps_installed,
+)
+from ascend_images.inputs.lockfile import LockError, locks_dir, parse_lock_text
+from ascend_images.matrix.envs import effective_env
+from ascend_images.matrix.model import load_matrix, select
+from ascend_images.stages.names import image_tag
+from tests.unit.helpers import ROOT
+
+
+def invoke(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(ROOT / "matrix.yaml")
+
+
+def test_verl_defaults_to_the_stacks_its_guide_documents(matrix):
+    """verl's guide: SGLang 0.5.10 on CANN 8.5.0 with torch 2.8.0, and vLLM-Ascend 0.23.0 on CANN 9.1.0."""
+    (sglang,) = select(matrix, device="a3", backend="sglang", framework="verl")
+    (vllm,) = select(matrix, device="a3", backend="vllm", framework="verl")
+    assert (sglang.release.cann, sglang.backend_pins.sglang, sglang.torch) == ("8.5.0", "0.5.10", "2.8.0")
+    assert (vllm.release.cann, vllm.backend_pins.vllm_ascend, vllm.torch_npu) == ("9.1.0", "0.23.0", "2.10.0.post4")
+    assert image_tag(sglang) == "ascend-images/verl:0.9.1-sglang0.5.10-cann8.5.0-a3-debian12-py3.11-arm64"
+    assert image_tag(vllm) == "ascend-images/verl:0.9.1-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-arm64"
+    # no framework: the backend's own default, as before
+    (plain,) = select(matrix, device="a3", backend="sglang")
+    assert plain.framework == "none" and plain.backend_pins.sglang == "0.5.17"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--backend", "none", "--framework", "verl"],
+     ["--framework verl with --backend none: not supported", "cann9.1.0-pt2.10.0/vllm", "cann8.5.0-pt2.8.0/sglang"]),
+    (["--backend", "sglang", "--framework", "roll"],
+     ["--framework roll with --backend sglang: not supported", "vLLM-Ascend only"]),
+    (["--backend", "vllm", "--framework", "roll"], ["is blocked", "datasets==3.1.0", "dill"]),
+    (["--backend", "sglang", "--framework", "verl", "--release", "cann9.0.0-sglang0.5.17"],
+     ["release 'cann9.0.0-sglang0.5.17' pins no verl version", "cann8.5.0-pt2.8.0/sglang"]),
+    (["--backend", "vllm", "--framework", "verll"], ["unknown framework 'verll'", "did you mean 'verl'", "roll"]),
+])
+def test_unsupported_pairs_are_refused_with_why_and_what_works(argv, says):
+    result = invoke("env", "--device", "a3", *argv)
+    assert result.returncode == 2, result.stdout + result.stderr
+    for text in says:
+        assert text in result.stderr, result.stderr
+
+
+def test_framework_layer_sits_on_the_backend_under_the_profile(matrix):
+    (v,) = select(matrix, device="a3", backend="vllm", framework="verl", profile="debug", env={"RAY_DEDUP_LOGS": "1"})
+    env = effective_env(v)
+    # ref002 / verl's multi-machine practice, over the common layer's silence and the vLLM layer
+    assert (env["HCCL_HOST_SOCKET_PORT_RANGE"].value, env["HCCL_HOST_SOCKET_PORT_RANGE"].layer) == \
+        ("60000-60050", "framework:verl")
+    assert (env["HYDRA_FULL_ERROR"].value, env["TRANSFORMERS_VERBOSITY"].value) == ("1", "error")
+    assert env["VLLM_USE_V1"].layer == "backend:vllm" and env["TASK_QUEUE_ENABLE"].value == "1"
+    assert env["ASCEND_GLOBAL_LOG_LEVEL"].layer == "profile:debug"  # the profile stays above the framework
+    assert (env["RAY_DEDUP_LOGS"].value, env["RAY_DEDUP_LOGS"].layer) == ("1", "user")  # and --env above all
+    (plain,) = select(matrix, device="a3", backend="vllm")
+    assert "HYDRA_FULL_ERROR" not in effective_env(plain)
+
+
+def test_env_shows_the_framework_layer_with_its_sources():
+    result = invoke("env", "--device", "a3", "--backend", "sglang", "--framework", "verl")
+    assert result.returncode == 0, result.stderr
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("HYDRA_FULL_ERROR "))
+    assert "framework:verl" in line and "multi-machine_task_startup_practice.rst" in line
+
+
+def test_committed_framework_locks_are_fresh_and_hold_verl(matrix):
+    for backend in ("vllm", "sglang"):
+        (v,) = select(matrix, device="a3", backend=backend, framework="verl")
+        lock = load_framework_lock(v)
+        # verl --no-deps from PyPI (its guide), megatron-core 0.16.1 (= Megatron-LM core_r0.16.0's code), mbridge 0.15.1
+        assert (lock.pins["verl"], lock.pins["megatron-core"], lock.pins["mbridge"]) == ("0.9.1", "0.16.1", "0.15.1")
+        assert no_deps_installed(lock) == {"verl": "0.9.1", "mindspeed": "0.16.0"}
+        assert not [n for n in lock.pins if n.startswith(("nvidia-", "cuda-", "flashinfer"))]
+
+
+def _framework_lock_copy(tmp_path: Path, matrix, edit) -> tuple:
+    (v,) = select(matrix, device="a3", backend="vllm", framework="verl")
+    spec = framework_lock_spec(v)
+    path = spec.path(locks_dir(matrix))
+    return spec, parse_lock_text(edit(path.read_text(encoding="utf-8")), tmp_path / path.name)
+
+
+def test_a_framework_lock_that_moves_a_backend_pin_unexplained_is_refused(tmp_path, matrix):
+    # the backend lock pins transformers 5.5.4 and no override moves it
+    spec, lock = _framework_lock_copy(tmp_path, matrix, lambda t: t + "transformers==4.57.6\n")
+    with pytest.raises(LockError, match=r"transformers==4\.57\.6 over the backend lock's transformers==5\.5\.4"):
+        check_framework_lock(spec, lock)
+    spec, good = _framework_lock_copy(tmp_path, matrix, lambda t: t)
+    check_framework_lock(spec, good)
+
+
+def test_a_framework_lock_over_another_backend_lock_is_stale(tmp_path, matrix):
+    spec, lock = _framework_lock_copy(tmp_path, matrix, lambda t: t)
+    backend = spec.backend_lock
+    moved = type(spec)(**{**spec.__dict__, "backend_lock": type(backend)(
+        backend.path, backend.header, backend.pins, backend.text + "# one more line\n")})
+    with pytest.raises(LockError, match="stale: the backend lock it was resolved over changed"):
+        check_framework_lock(moved, lock)
+
+
+def test_a_missing_framework_lock_names_the_command(tmp_path, matrix):
+    (v,) = select(matrix, device="a3", backend="vllm", framework="verl")
+    root = tmp_path / "locks"
+    shutil.copytree(locks_dir(matrix), root)
+    framework_lock_spec(v).path(root).unlink()
+    with pytest.raises(LockError, match="invoke lock --release cann9.1.0-pt2.10.0 --backend vllm --framework verl"):
+        load_framework_lock(v, root)
+
+
+def test_unknown_framework_in_the_matrix_is_named(tmp_path):
+    from tests.unit.helpers import mutated_matrix
+
+    def mutate(doc):
+        doc["releases"]["cann9.1.0-pt2.10.0"]["frameworks"]["verll"] = \
+            doc["releases"]["cann9.1.0-pt2.10.0"]["frameworks"].pop("verl")
+
+    with pytest.raises(Exception, match=r"releases\.cann9\.1\.0-pt2\.10\.0\.frameworks\.verll: unknown framework"):
+        load_matrix(mutated_matrix(tmp_path, mutate))
+
+
+def test_selection_error_type(matrix):
+    with pytest.raises(SelectionError):
+        select(matrix, device="a3", backend="none", framework="verl")
