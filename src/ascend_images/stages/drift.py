@@ -30,8 +30,8 @@ def rendered_dir(matrix: Matrix) -> Path:
 
 
 def committed_variants(matrix: Matrix) -> list[Variant]:
-    """ci.publish (every arch it lists), then the default release of every (device, backend) on the default OS
-    and arch; each variant once."""
+    """ci.publish (every arch it lists), then the default release of every (device, backend) and of every
+    (framework, backend) on the default OS and arch; each variant once."""
     spec = matrix.spec
     chosen: dict[str, Variant] = {}
     for entry in spec.ci.publish:
@@ -43,6 +43,10 @@ def committed_variants(matrix: Matrix) -> list[Variant]:
         for backend in sorted(per_backend):
             for v in select(matrix, device=device, backend=backend):
                 chosen.setdefault(v.name, v)
+        for framework, backends in sorted(spec.defaults.framework_release.items()):
+            for backend in sorted(backends):
+                for v in select(matrix, device=device, backend=backend, framework=framework):
+                    chosen.setdefault(v.name, v)
     return list(chosen.values())
 
 
