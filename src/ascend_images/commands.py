@@ -348,12 +348,13 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     if image is not None and not image.strip():
         raise RunError("--image is empty: give an image reference (e.g. ascend/sglang:tag), or leave --image out "
                        "to run the selection's image")
-    requested = None
+    requested = framework = None
     if image is None:
         variants = sel.variants(matrix)
         if len(variants) != 1:
             raise SelectionError(f"the selection names {len(variants)} images; narrow it or pass --image REF")
         image, device = image_tag(variants[0], namespace), variants[0].device
+        framework = variants[0].framework if variants[0].framework != "none" else None
         requested = image
         if sel.env:
             # --env makes an overlay image of its own tag, not the selection's plain image: say which one runs
@@ -377,9 +378,12 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         if not image_exists(client, image):
             how = build_command(sel) if image == requested else "invoke build ... (the flags that made it)"
             raise RunError(f"image {image} is not on this engine; build it first ({how}) or pull it")
-        device = client.images.get(image).labels.get(label("device"), device)
+        labels = client.images.get(image).labels or {}
+        device = labels.get(label("device"), device)
+        framework = labels.get(label("framework"), framework)
     devices_spec = matrix.spec.devices.get(device) if device else None
-    spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1)
+    spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1,
+                   framework=framework)
     check_device_indices(spec.devices, flags.devices, device, matrix)
     for warning in check_spec(spec):
         # printed: a comment, so the shell line, the compose file and the manifest still read as one

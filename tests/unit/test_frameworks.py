@@ -144,3 +144,28 @@ def test_unknown_framework_in_the_matrix_is_named(tmp_path):
 def test_selection_error_type(matrix):
     with pytest.raises(SelectionError):
         select(matrix, device="a3", backend="none", framework="verl")
+
+
+def _run_print(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    keep = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                                              "DASHBOARD_PORT")}
+    return subprocess.run([sys.executable, "-m", "invoke", "run", "--device", "a3", "--backend", "vllm",
+                           "--framework", "verl", "--devices", "0-15", "--print", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env={**keep, **env})
+
+
+def test_a_multi_node_framework_job_passes_rays_variables_and_asks_for_host_networking():
+    # ref000's Ray cluster variables, as a head node of two would export them
+    head = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "6379", "DASHBOARD_PORT": "8265"}
+    result = _run_print("--format", "docker", **head)
+    assert result.returncode == 0, result.stderr
+    for name, value in head.items():
+        assert f"-e {name}={value}" in result.stdout, result.stdout
+    assert "forms a Ray cluster" in result.stdout and "--network-host" in result.stdout
+    result = _run_print("--format", "k8s", "--network-host", **head)
+    assert result.returncode == 0 and "forms a Ray cluster" not in result.stdout, result.stdout
+    assert "hostNetwork: true" in result.stdout
+    # one node: no cluster to reach
+    assert "forms a Ray cluster" not in _run_print("--format", "docker").stdout

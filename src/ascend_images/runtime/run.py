@@ -31,7 +31,11 @@ TOOL_MOUNTS = (
 OPTIONAL_MOUNTS = ("/etc/hccn.conf",)
 # In the driver tree but outside lib64: the tool that answers device IP addresses (gpustack/runtime PR 29)
 HCCN_TOOL = f"{DRIVER}/tools/hccn_tool"
-RAY_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # ref000, multi-node
+# ref000 ("Ray Cluster Environment Variables"): what ROLL's driver reads to form a Ray cluster across nodes; verl's
+# multi-node practice starts Ray by hand and reads none of them. Passed through from the invoking shell when set.
+RAY_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DASHBOARD_PORT")
+# ROLL's FAQ: Ray's head (GCS) 6379 and dashboard 8265, its workers' ports (10002-19999), HCCL's device port 16666
+RAY_PORTS = "Ray's GCS (6379) and dashboard (8265), its worker ports (10002-19999) and HCCL's sockets"
 DriverMounts = Literal["auto", "minimal", "full"]
 
 
@@ -168,6 +172,7 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     name: str | None = None
     device: str | None = None  # a2 | a3, from the image's labels, for device-specific checks
+    framework: str | None = None  # verl | roll, from the selection or the image's labels: a Ray training job
     # what serving needs, as docker run spells it
     volumes: tuple[Volume, ...] = ()
     ports: tuple[Port, ...] = ()
@@ -251,6 +256,10 @@ def check_spec(spec: RunSpec) -> list[str]:
     if spec.ports and spec.network_host:
         warnings.append("--publish with --network-host: the container already uses the host's ports; Docker "
                         "ignores the published ones")
+    world = spec.environment().get("WORLD_SIZE", "1")
+    if spec.framework and not spec.network_host and (not world.isdigit() or int(world) > 1):
+        warnings.append(f"a {spec.framework} job across nodes (WORLD_SIZE={world}) forms a Ray cluster: {RAY_PORTS} "
+                        "must reach the other nodes; pass --network-host (in Kubernetes: hostNetwork)")
     if spec.min_devices >= 2 and len(spec.devices) < spec.min_devices:
         warnings.append(f"an {spec.device or 'NPU'} run with fewer than {spec.min_devices} devices: its NPUs come "
                         "in pairs of dies; HCCL jobs usually need both (pass e.g. --devices 0-1)")
