@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ascend_images.inputs.frameworklock import load_framework_lock
 from ascend_images.inputs.lockfile import load_lock
 from ascend_images.matrix.model import Matrix, select
 
@@ -15,12 +16,16 @@ def ci_matrix(matrix: Matrix, lists: bool = False) -> dict:
     for each of its arches, so CI never starts a build that is bound to fail on a missing lock."""
     include = []
     for entry in matrix.spec.ci.publish:
-        base = {"device": entry.device, "backend": entry.backend, "release": entry.release, "os": entry.os}
-        name = f"{entry.release}-{entry.device}-{entry.backend}-{entry.os}"
+        base = {"device": entry.device, "backend": entry.backend, "release": entry.release, "os": entry.os,
+                "framework": entry.framework}
+        top = entry.backend if entry.framework == "none" else f"{entry.backend}-{entry.framework}"
+        name = f"{entry.release}-{entry.device}-{top}-{entry.os}"
         for arch in entry.arches:
             (variant,) = select(matrix, arch=arch, **base)
             if variant.backend != "none":
                 load_lock(variant)
+            if variant.framework != "none":
+                load_framework_lock(variant)
             if not lists:
                 runner = matrix.spec.arches[arch].github_runner
                 include.append({**base, "arch": arch, "runner": runner, "name": f"{name}-{arch}"})
