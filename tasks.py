@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from inspect import Parameter
 from pathlib import Path
 
 from invoke import Exit, Task
@@ -10,10 +11,10 @@ from invoke import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from ascend_images import DEFAULT_NAMESPACE
+from ascend_images import DEFAULT_NAMESPACE, console
 from ascend_images import commands as cli
 from ascend_images.errors import AscendImagesError
-from ascend_images.flags import env_flag, whole_number
+from ascend_images.flags import env_flag, short_flag, whole_number
 from ascend_images.lint import lint as lint_all
 from ascend_images.release import workflow
 
@@ -62,27 +63,35 @@ INPUT_HELP = {
 SELECTION_ITERABLE = ["env"]
 
 
-class ShortFlagTask(Task):
-    """invoke's Task with short flags said per option (`short={"volume": "v", "python": None}`: None for none)
-    and never `-h` (help's) nor `-` (invoke's pick when every letter of a name is taken, shown as `--=STRING`):
-    such an option gets no short flag. Every other option keeps the letter invoke gives it."""
+VOICE_HELP = {"quiet": "no notes or progress on stderr: only results (stdout) and errors",
+              "verbose": "show everything in full (e.g. every hadolint warning, not only their count)"}
 
-    def __init__(self, body, short=None, **kwargs):
-        # a flag added later takes no letter: taking one would move the letters other flags already have
-        self.short = {"framework": None, **(short or {})}
+
+class ShortFlagTask(Task):
+    """invoke's Task with two changes every task shares. Short letters come from one table (flags.SHORT_FLAGS), not
+    from invoke's first-free-letter pick, which gave one flag different letters in different tasks. And every task
+    takes --quiet/-q and --verbose, set for the whole process before the body runs (console.configure): the bodies
+    never see them, so no signature repeats them."""
+
+    def __init__(self, body, **kwargs):
+        kwargs["help"] = {**VOICE_HELP, **(kwargs.get("help") or {})}
         super().__init__(body, **kwargs)
 
+    def argspec(self, body):
+        sig = super().argspec(body)
+        voice = [Parameter(name, Parameter.KEYWORD_ONLY, default=False) for name in VOICE_HELP
+                 if name not in sig.parameters]
+        return sig.replace(parameters=[*sig.parameters.values(), *voice])
+
     def arg_opts(self, name, default, taken_names):
-        reserved = {letter for letter in self.short.values() if letter}
-        opts = super().arg_opts(name, default, taken_names | reserved)
-        long, *letters = opts["names"]
-        if name in self.short:
-            letters = [self.short[name]] if self.short[name] else []
-        elif set(letters) & {"h", "-"}:
-            taken_names.update(letters)  # still counted as taken: the options after keep the letters they had
-            letters = []
-        opts["names"] = [long, *letters]
+        opts = super().arg_opts(name, default, taken_names)
+        letter = short_flag(name)
+        opts["names"] = [opts["names"][0], *([letter] if letter else [])]
         return opts
+
+    def __call__(self, *args, **kwargs):
+        _run(console.configure, kwargs.pop("quiet", False), kwargs.pop("verbose", False))
+        return super().__call__(*args, **kwargs)
 
 
 def task(*args, **kwargs):
@@ -272,10 +281,7 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
             "format": "with --print: docker, compose, k8s (comma-separated; default docker,compose); k8s: a Pod "
                       "asking the Ascend device plugin for the NPUs",
             "replicas": "with --print --format k8s: a Deployment of N (a number) pods instead of a Pod"},
-      iterable=[*SELECTION_ITERABLE, "volume", "publish"],
-      # Docker's letters: -v volume, -p publish, -w workdir, -e env (the selection's --env: the container's
-      # environment); -d stays the selection's --device, so --detach has none
-      short={"volume": "v", "publish": "p", "workdir": "w", "python": None, "devices": None, "host_root": None})
+      iterable=[*SELECTION_ITERABLE, "volume", "publish"])
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
         allocator=None, framework=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
         driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False,
