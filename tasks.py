@@ -13,10 +13,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from ascend_images import DEFAULT_NAMESPACE, console
 from ascend_images import commands as cli
+from ascend_images.cli import install_suggestions
 from ascend_images.errors import AscendImagesError
 from ascend_images.flags import env_flag, short_flag, whole_number
 from ascend_images.lint import lint as lint_all
 from ascend_images.release import workflow
+
+install_suggestions()  # `invoke biuld` and `invoke build --devcie` name the nearest task or flag, as ascend-images does
 
 SELECTION_HELP = {
     "device": "a2, a3 or both (comma-separated); default: both",
