@@ -17,6 +17,7 @@ from ascend_images.cli import install_suggestions
 from ascend_images.errors import AscendImagesError
 from ascend_images.flags import env_flag, short_flag, whole_number
 from ascend_images.lint import lint as lint_all
+from ascend_images.readme import readme as write_readme
 from ascend_images.release import workflow
 
 install_suggestions()  # `invoke biuld` and `invoke build --devcie` name the nearest task or flag, as ascend-images does
@@ -241,6 +242,16 @@ def lint(c, matrix="matrix.yaml", work_dir="build"):
     if code:
         raise Exit(code=code)
 
+
+
+@task(help={"check": "only compare: print the difference and exit 1 when README says otherwise than the tree",
+            "readme": "the README to regenerate (default ./README.md)", "matrix": SELECTION_HELP["matrix"]})
+def readme(c, check=False, readme="README.md", matrix="matrix.yaml"):
+    """Regenerate README's generated sections (releases, locks, rendered/, short flags) from the matrix and the
+    tree."""
+    code = _run(write_readme, cli.Selection(matrix), print, Path(readme), check=check)
+    if code:
+        raise Exit(code=code)
 
 TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image", "force", "jobs")}
 
