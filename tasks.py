@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from inspect import Parameter
 from pathlib import Path
 
 from invoke import Exit, Task
@@ -10,12 +11,16 @@ from invoke import task as invoke_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from ascend_images import DEFAULT_NAMESPACE
+from ascend_images import DEFAULT_NAMESPACE, console
 from ascend_images import commands as cli
+from ascend_images.cli import install_suggestions
 from ascend_images.errors import AscendImagesError
-from ascend_images.flags import env_flag, whole_number
+from ascend_images.flags import env_flag, short_flag, whole_number
 from ascend_images.lint import lint as lint_all
+from ascend_images.readme import readme as write_readme
 from ascend_images.release import workflow
+
+install_suggestions()  # `invoke biuld` and `invoke build --devcie` name the nearest task or flag, as ascend-images does
 
 SELECTION_HELP = {
     "device": "a2, a3 or both (comma-separated); default: both",
@@ -62,27 +67,35 @@ INPUT_HELP = {
 SELECTION_ITERABLE = ["env"]
 
 
-class ShortFlagTask(Task):
-    """invoke's Task with short flags said per option (`short={"volume": "v", "python": None}`: None for none)
-    and never `-h` (help's) nor `-` (invoke's pick when every letter of a name is taken, shown as `--=STRING`):
-    such an option gets no short flag. Every other option keeps the letter invoke gives it."""
+VOICE_HELP = {"quiet": "no notes or progress on stderr: only results (stdout) and errors",
+              "verbose": "show everything in full (e.g. every hadolint warning, not only their count)"}
 
-    def __init__(self, body, short=None, **kwargs):
-        # a flag added later takes no letter: taking one would move the letters other flags already have
-        self.short = {"framework": None, **(short or {})}
+
+class ShortFlagTask(Task):
+    """invoke's Task with two changes every task shares. Short letters come from one table (flags.SHORT_FLAGS), not
+    from invoke's first-free-letter pick, which gave one flag different letters in different tasks. And every task
+    takes --quiet/-q and --verbose, set for the whole process before the body runs (console.configure): the bodies
+    never see them, so no signature repeats them."""
+
+    def __init__(self, body, **kwargs):
+        kwargs["help"] = {**VOICE_HELP, **(kwargs.get("help") or {})}
         super().__init__(body, **kwargs)
 
+    def argspec(self, body):
+        sig = super().argspec(body)
+        voice = [Parameter(name, Parameter.KEYWORD_ONLY, default=False) for name in VOICE_HELP
+                 if name not in sig.parameters]
+        return sig.replace(parameters=[*sig.parameters.values(), *voice])
+
     def arg_opts(self, name, default, taken_names):
-        reserved = {letter for letter in self.short.values() if letter}
-        opts = super().arg_opts(name, default, taken_names | reserved)
-        long, *letters = opts["names"]
-        if name in self.short:
-            letters = [self.short[name]] if self.short[name] else []
-        elif set(letters) & {"h", "-"}:
-            taken_names.update(letters)  # still counted as taken: the options after keep the letters they had
-            letters = []
-        opts["names"] = [long, *letters]
+        opts = super().arg_opts(name, default, taken_names)
+        letter = short_flag(name)
+        opts["names"] = [opts["names"][0], *([letter] if letter else [])]
         return opts
+
+    def __call__(self, *args, **kwargs):
+        _run(console.configure, kwargs.pop("quiet", False), kwargs.pop("verbose", False))
+        return super().__call__(*args, **kwargs)
 
 
 def task(*args, **kwargs):
@@ -230,6 +243,16 @@ def lint(c, matrix="matrix.yaml", work_dir="build"):
         raise Exit(code=code)
 
 
+
+@task(help={"check": "only compare: print the difference and exit 1 when README says otherwise than the tree",
+            "readme": "the README to regenerate (default ./README.md)", "matrix": SELECTION_HELP["matrix"]})
+def readme(c, check=False, readme="README.md", matrix="matrix.yaml"):
+    """Regenerate README's generated sections (releases, locks, rendered/, short flags) from the matrix and the
+    tree."""
+    code = _run(write_readme, cli.Selection(matrix), print, Path(readme), check=check)
+    if code:
+        raise Exit(code=code)
+
 TEST_INPUT_HELP = {k: v for k, v in INPUT_HELP.items() if k not in ("base_image", "force", "jobs")}
 
 
@@ -272,10 +295,7 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
             "format": "with --print: docker, compose, k8s (comma-separated; default docker,compose); k8s: a Pod "
                       "asking the Ascend device plugin for the NPUs",
             "replicas": "with --print --format k8s: a Deployment of N (a number) pods instead of a Pod"},
-      iterable=[*SELECTION_ITERABLE, "volume", "publish"],
-      # Docker's letters: -v volume, -p publish, -w workdir, -e env (the selection's --env: the container's
-      # environment); -d stays the selection's --device, so --detach has none
-      short={"volume": "v", "publish": "p", "workdir": "w", "python": None, "devices": None, "host_root": None})
+      iterable=[*SELECTION_ITERABLE, "volume", "publish"])
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
         allocator=None, framework=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
         driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False,

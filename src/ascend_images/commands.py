@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from ascend_images.console import note
 from ascend_images.errors import AscendImagesError, SelectionError
 from ascend_images.flags import InputFlags, LockFlags, RunFlags, Selection, SourceFlags
 from ascend_images.inputs.checksums import parse_checksums
@@ -71,11 +72,7 @@ def show_matrix(sel: Selection, out: Out) -> int:
 
 
 # --- invoke env ------------------------------------------------------------------------------------
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
-def show_env(sel: Selection, out: Out, as_json: bool = False, err: Out = _stderr) -> int:
+def show_env(sel: Selection, out: Out, as_json: bool = False, err: Out = note) -> int:
     """--json prints one document, always a list (one entry per variant), since a selection may hold several and a
     reader should not have to guess the shape; the rules' warnings then go to `err` so stdout stays parseable."""
     variants = sel.variants()
@@ -358,7 +355,7 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         requested = image
         if sel.env:
             # --env makes an overlay image of its own tag, not the selection's plain image: say which one runs
-            print(f"note: --env selects the overlay image {image}; built by: {build_command(sel)}", file=sys.stderr)
+            note(f"note: --env selects the overlay image {image}; built by: {build_command(sel)}")
     elif sel.device in matrix.spec.devices:  # --image REF --device a3: what the image is for, before any label
         device = sel.device
     spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),

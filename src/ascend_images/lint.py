@@ -8,13 +8,21 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from ascend_images import console
+from ascend_images.builder.progress import fmt_seconds
 from ascend_images.errors import AscendImagesError
 from ascend_images.flags import Selection, SourceFlags
 from ascend_images.inputs.sources import CannSource, Sources
-from ascend_images.matrix.model import all_variants
+from ascend_images.matrix.model import Matrix, Variant, all_variants
 from ascend_images.stages.drift import drift
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
@@ -23,18 +31,81 @@ Out = Callable[[str], None]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
+class Steps:
+    """What `invoke lint` is doing, on stderr (DESIGN 18): a live line with the running step and its time on a
+    terminal (rich), and one line per finished step with its elapsed time everywhere; nothing with --quiet. What the
+    linters found stays on `out` (stdout)."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() and not console.is_quiet()
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        if self.live:
+            # transient: the live line gives way to the plain one below when the step ends
+            live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(file=self.stream), transient=True)
+            with live:
+                live.add_task(name, total=None)
+                yield
+        else:
+            yield
+        self.times[name] = time.monotonic() - started
+        if not console.is_quiet():
+            print(f"{name}: {fmt_seconds(self.times[name])}", file=self.stream, flush=True)
+
+
+def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Steps | None = None) -> int:
+    steps = steps or Steps()
     status = 0
     if ruff:
-        out("ruff check src tests tasks.py")
-        status |= subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
-                                 cwd=PROJECT_ROOT).returncode
-    status |= lint_imports(out)
-    matrix = sel.load()
-    variants = all_variants(matrix)
+        with steps.step("ruff"):
+            result = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
+                                    cwd=PROJECT_ROOT, capture_output=True, text=True)
+        out(f"ruff: {'clean' if result.returncode == 0 else 'FINDINGS'}")
+        if result.returncode:
+            out((result.stdout + result.stderr).strip())
+        status |= result.returncode
+    with steps.step("lint-imports"):
+        status |= lint_imports(out)
+    with steps.step("render every variant"):
+        matrix = sel.load()
+        variants = all_variants(matrix)
+        dockerfiles = _render_all(matrix, variants, work_dir / "lint")
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        raise AscendImagesError("hadolint is not installed: pip install -e '.[lint]'")
+    with steps.step(f"hadolint ({len(dockerfiles)} Dockerfiles)"):
+        result = subprocess.run([hadolint, "--failure-threshold", "error", "--no-color", *map(str, dockerfiles)],
+                                capture_output=True, text=True)
+    findings = [line for line in result.stdout.splitlines() if line.strip()]
+    errors = [line for line in findings if " error:" in line]
+    warnings = [line for line in findings if line not in errors]
+    for line in errors + (warnings if console.is_verbose() else []):
+        out(line)
+    out(f"hadolint: {len(errors)} errors, {len(warnings)} warnings/infos on {len(dockerfiles)} rendered Dockerfiles "
+        f"({len(variants)} variants, CANN sources url and image)")
+    status |= result.returncode
+    with steps.step("rendered/"):
+        result, directory = drift(sel.matrix)
+    out(f"rendered/: {'up to date' if result.clean else result.summary(directory)}")
+    status |= 0 if result.clean else 1
+    status |= lint_workflows(out, steps)
+    total = sum(steps.times.values())
+    # the warnings are the one thing a green run hides: say how many, and where to see them
+    seen = "" if console.is_verbose() or not warnings else " (--verbose shows them)"
+    out(f"lint: {'passed' if status == 0 else 'FAILED'} in {fmt_seconds(total)}; "
+        f"{len(warnings)} hadolint warnings/infos{seen}")
+    return status
+
+
+def _render_all(matrix: Matrix, variants: list[Variant], target: Path) -> list[Path]:
+    """Every variant's Dockerfiles, with CANN from URLs and from official images."""
     sources = SourceFlags().sources(matrix, strict=False)
     renderer = Renderer()
-    target = work_dir / "lint"
     if target.exists():
         shutil.rmtree(target)
     dockerfiles = []
@@ -46,24 +117,7 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True) -> int:
         for stage in plan.stages:
             ctx, files = renderer.context(stage, Sources(cann, sources.artifacts))
             dockerfiles.append(renderer.write(stage, target / kind, ctx, files) / "Dockerfile")
-    hadolint = shutil.which("hadolint")
-    if hadolint is None:
-        raise AscendImagesError("hadolint is not installed: pip install -e '.[lint]'")
-    out(f"hadolint --failure-threshold error on {len(dockerfiles)} rendered Dockerfiles "
-        f"({len(variants)} variants, CANN sources url and image)")
-    result = subprocess.run([hadolint, "--failure-threshold", "error", "--no-color", *map(str, dockerfiles)],
-                            capture_output=True, text=True)
-    findings = [line for line in result.stdout.splitlines() if line.strip()]
-    errors = [line for line in findings if " error:" in line]
-    for line in errors:
-        out(line)
-    out(f"hadolint: {len(errors)} errors, {len(findings) - len(errors)} warnings/infos")
-    status |= result.returncode
-    result, directory = drift(sel.matrix)
-    out(f"rendered/: {'up to date' if result.clean else result.summary(directory)}")
-    status |= 0 if result.clean else 1
-    status |= lint_workflows(out)
-    return status
+    return dockerfiles
 
 
 def lint_imports(out: Out, src: Path = PROJECT_ROOT / "src") -> int:
@@ -85,8 +139,9 @@ def lint_imports(out: Out, src: Path = PROJECT_ROOT / "src") -> int:
 WORKFLOWS = PROJECT_ROOT / ".github" / "workflows"
 
 
-def lint_workflows(out: Out) -> int:
+def lint_workflows(out: Out, steps: Steps | None = None) -> int:
     """actionlint (with shellcheck on run: scripts) and zizmor's offline security audits, medium and up."""
+    steps = steps or Steps()
     status = 0
     workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     for tool, args in (("actionlint", ["-no-color", *workflows]),
@@ -94,7 +149,8 @@ def lint_workflows(out: Out) -> int:
         binary = shutil.which(tool)
         if binary is None:
             raise AscendImagesError(f"{tool} is not installed: pip install -e '.[lint]'")
-        result = subprocess.run([binary, *args], capture_output=True, text=True, cwd=PROJECT_ROOT)
+        with steps.step(tool):
+            result = subprocess.run([binary, *args], capture_output=True, text=True, cwd=PROJECT_ROOT)
         out(f"{tool}: {'clean' if result.returncode == 0 else 'FINDINGS'}")
         if result.returncode:
             out((result.stdout + result.stderr).strip())

@@ -1,13 +1,17 @@
 """ruff on the code and hadolint on every rendered Dockerfile of every release are part of the tests."""
 
+import io
+import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
-from ascend_images.flags import Selection, env_flag
-from ascend_images.lint import lint
+from ascend_images.flags import env_flag
+from ascend_images.lint import Steps
 
 from .helpers import ROOT
 
@@ -19,14 +23,52 @@ def test_ruff_clean():
 
 
 @pytest.mark.skipif(shutil.which("hadolint") is None and not env_flag("CI"), reason="hadolint not installed")
-def test_hadolint_has_no_error_on_any_rendered_dockerfile(tmp_path):
-    lines: list[str] = []
-    status = lint(Selection(str(ROOT / "matrix.yaml")), lines.append, tmp_path, ruff=False)
-    summary = next(line for line in lines if line.startswith("hadolint:"))
-    assert status == 0, "\n".join(lines)
-    assert summary.startswith("hadolint: 0 errors")
-    rendered = list((tmp_path / "lint").rglob("Dockerfile"))
-    assert len(rendered) > 300
+def test_lint_says_what_it_does_and_counts_hadolints_warnings(tmp_path):
+    """`ascend-images lint --verbose` as a user runs it (not a terminal here: plain lines): a line per step with its
+    time on stderr; on stdout each linter's verdict, hadolint's warnings in full and their count at the end."""
+    result = subprocess.run([sys.executable, "-m", "ascend_images.cli", "lint", "--verbose", "--work-dir",
+                             str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = result.stderr.splitlines()
+    assert [line.split(":")[0].split(" (")[0] for line in steps] == [
+        "ruff", "lint-imports", "render every variant", "hadolint", "rendered/", "actionlint", "zizmor"]
+    assert all(re.search(r": (\d+m\d\ds|\d+\.\ds)$", line) for line in steps), steps
+    summary = next(line for line in result.stdout.splitlines() if line.startswith("hadolint:"))
+    assert summary.startswith("hadolint: 0 errors, ")
+    warnings = int(re.search(r"(\d+) warnings", summary)[1])
+    shown = [line for line in result.stdout.splitlines() if re.search(r"DL\d{4} (warning|info|style):", line)]
+    assert len(shown) == warnings
+    assert result.stdout.splitlines()[-1].startswith("lint: passed in ")
+    assert result.stdout.splitlines()[-1].endswith(f"; {warnings} hadolint warnings/infos")
+    assert len(list((tmp_path / "lint").rglob("Dockerfile"))) > 300
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("stream", "voice", "live"), [(Terminal, {}, True), (io.StringIO, {}, False),
+                                                       (Terminal, {"quiet": True}, False)])
+def test_a_step_is_a_live_line_on_a_terminal_and_a_plain_one_elsewhere(stream, voice, live):
+    from ascend_images import console
+
+    out = stream()
+    console.configure(**voice)
+    try:
+        steps = Steps(out)
+        with steps.step("hadolint (3 Dockerfiles)"):
+            time.sleep(0.3)
+    finally:
+        console.configure()
+    text = out.getvalue()
+    if voice.get("quiet"):
+        assert text == ""
+        return
+    assert text.endswith("hadolint (3 Dockerfiles): 0.3s\n"), repr(text)
+    assert ("\x1b[" in text and "0:00:00" in text) is live, repr(text)  # rich's spinner line, with elapsed time
+    assert text.count("\n") == (2 if live else 1)
 
 
 def _tree_with(tmp_path, module: str, line: str):

@@ -62,8 +62,8 @@ def test_run_speaks_dockers_short_flags():
                  "--restart=STRING", "--devices=STRING", "--host-root=STRING", "--python=STRING",
                  "--format=STRING", "--replicas=STRING", "--driver-mounts=STRING"):
         assert want in flags, (want, flags)
-    # the selection's letters the other tasks have stay: -d device, -s shm-size, -t print
-    assert "-d STRING, --device=STRING" in flags and "-t, --print" in flags
+    # the selection's letters stay (-d device); --print and --shm-size have none (flags.SHORT_FLAGS)
+    assert "-d STRING, --device=STRING" in flags and "--print" in flags and "--shm-size=STRING" in flags
 
 
 SERVE = ["python", "-m", "http.server", "8000", "--directory", "/models"]

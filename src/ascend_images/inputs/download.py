@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from ascend_images.console import progress_stream
 from ascend_images.errors import AscendImagesError
 
 PARTIAL_DIR = ".partial"
@@ -45,7 +45,7 @@ class Progress:
     """A bar redrawn in place on a terminal; plain lines (every 10% or 15 s) anywhere else."""
 
     def __init__(self, name: str, stream: TextIO | None = None):
-        self.stream = stream or sys.stderr
+        self.stream = stream or progress_stream()  # nothing drawn with --quiet
         self.tty = self.stream.isatty()
         self.name = name
         self.started = time.monotonic()

@@ -1,0 +1,100 @@
+"""`invoke readme`: README's counts and lists made from the matrix and the tree, between markers
+(`<!-- generated:NAME -->` ... `<!-- /generated:NAME -->`), so they cannot drift from what they describe; `--check`
+fails when README says otherwise. Only what the tree can say is generated; the prose around it stays hand-written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from ascend_images.errors import AscendImagesError
+from ascend_images.flags import SHORT_FLAGS, Selection
+from ascend_images.matrix.model import Matrix
+
+Out = Callable[[str], None]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SECTION = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+
+
+def releases(matrix: Matrix, root: Path) -> str:
+    spec = matrix.spec
+    defaults: dict[str, list[str]] = {}
+    for device, per_backend in spec.defaults.release.items():
+        for backend, release in per_backend.items():
+            defaults.setdefault(release, []).append(f"{device}/{backend}")
+    lines = ["| release | CANN | HDK >= | torch | torch_npu | Python | backends | default for |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, rel in spec.releases.items():
+        pair = spec.torch.pairs[rel.torch_npu]
+        hdk = rel.hdk_floor or spec.cann.releases[rel.cann].hdk_floor
+        backends = []
+        for backend in sorted(rel.backends.model_fields_set - {"none"}):
+            pins = getattr(rel.backends, backend)
+            versions = {k: v for k, v in pins.model_dump().items() if isinstance(v, str)} \
+                if hasattr(pins, "model_dump") else {}
+            backends.append(f"{backend} ({', '.join(f'{k} {v}' for k, v in versions.items())})" if versions
+                            else backend)
+        shown = "; ".join(backends) or "none"
+        if rel.blocked:
+            shown += " (blocked: `invoke lock` cannot lock it, matrix.yaml says why)"
+        lines.append(f"| `{name}` | {rel.cann} | {hdk} | {pair.torch} | {rel.torch_npu} | {', '.join(rel.python)} "
+                     f"| {shown} | {', '.join(defaults.get(name, [])) or '-'} |")
+    return "\n".join(lines)
+
+
+def locks(matrix: Matrix, root: Path) -> str:
+    files = sorted((root / "locks").glob("*/*.txt"))
+    lines = [f"{len(files)} locks are committed:", ""]
+    for path in files:
+        packages = sum(1 for line in path.read_text(encoding="utf-8").splitlines()
+                       if line.strip() and not line.startswith("#"))
+        lines.append(f"- `{path.relative_to(root)}` ({packages} packages)")
+    return "\n".join(lines)
+
+
+def rendered(matrix: Matrix, root: Path) -> str:
+    stages = Counter(path.parent.name.split("--")[0] for path in (root / "rendered").glob("*/Dockerfile"))
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(stages.items()))
+    return f"`rendered/` holds {sum(stages.values())} Dockerfiles ({kinds})."
+
+
+def flags(matrix: Matrix, root: Path) -> str:
+    lines = ["| letter | flag |", "|---|---|"]
+    lines += [f"| `-{letter}` | `--{flag}` |" for flag, letter in SHORT_FLAGS.items()]
+    return "\n".join(lines)
+
+
+SECTIONS: dict[str, Callable[[Matrix, Path], str]] = {"releases": releases, "locks": locks, "rendered": rendered,
+                                                      "flags": flags}
+
+
+def regenerate(text: str, matrix: Matrix, root: Path) -> str:
+    found = {m["name"] for m in SECTION.finditer(text)}
+    if unknown := found - set(SECTIONS):
+        raise AscendImagesError(f"README has markers no generator knows: {', '.join(sorted(unknown))}; "
+                                f"known: {', '.join(SECTIONS)}")
+    if missing := set(SECTIONS) - found:
+        raise AscendImagesError(f"README lacks the generated sections {', '.join(sorted(missing))}: add "
+                                f"'<!-- generated:NAME -->' and '<!-- /generated:NAME -->' lines where each goes")
+    return SECTION.sub(lambda m: f"{m[1]}{SECTIONS[m['name']](matrix, root)}\n{m[4]}", text)
+
+
+def readme(sel: Selection, out: Out, path: Path, root: Path = PROJECT_ROOT, check: bool = False) -> int:
+    """Rewrite README's generated sections, or (check) say how they differ from the tree and fail."""
+    text = path.read_text(encoding="utf-8")
+    new = regenerate(text, sel.load(), root)
+    if new == text:
+        out(f"{path}: generated sections up to date")
+        return 0
+    if check:
+        out("".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), str(path),
+                                         f"{path} (from the tree)")))
+        out(f"{path}: generated sections differ from the matrix and the tree; run: invoke readme")
+        return 1
+    path.write_text(new, encoding="utf-8")
+    out(f"{path}: generated sections rewritten")
+    return 0
