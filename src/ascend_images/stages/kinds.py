@@ -78,6 +78,8 @@ class StageKind:
 
     # the repository when it depends on the variant (a framework's is its name), else `repo`
     repo_of: Callable[[Variant], str] | None = None
+    # the kind whose doubles this one's test-double label names too (a framework's: its backend's)
+    doubles_below: Callable[[Variant], str] | None = None
 
     def repo_for(self, v: Variant) -> str:
         return self.repo_of(v) if self.repo_of else self.repo
@@ -126,8 +128,11 @@ def stage_label_version(kind: str, v: Variant) -> str:
 
 
 def stage_doubles(stage: Stage, doubles: Mapping[DoubleInput, bool]) -> list[str]:
-    """The test-double label values of a stage, given which inputs are doubles."""
-    return [value for source, value in KINDS[stage.kind].row_for(stage.variant).doubles if doubles.get(source)]
+    """The test-double label values of a stage, given which inputs are doubles: its own row's, after those of the
+    kind it is built over where its row says so (the label is set anew, so it must name every double below)."""
+    row = KINDS[stage.kind].row_for(stage.variant)
+    below = KINDS[row.doubles_below(stage.variant)].doubles if row.doubles_below else ()
+    return list(dict.fromkeys(value for source, value in (*below, *row.doubles) if doubles.get(source)))
 
 
 def _label(**values: str) -> dict[str, str]:
@@ -404,8 +409,8 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               lambda s: f"{s.variant.framework} over {s.variant.backend} on CANN {s.variant.release.cann} for "
                         f"{s.variant.device}",
               _framework_context, repo="framework", tag_scope="release", version=_framework_version,
-              doubles=(("cann", "cann"), ("artifacts", "framework-archives"), ("off-pypi", "off-pypi-wheels")),
-              repo_of=lambda v: v.framework),
+              doubles=(("artifacts", "framework-archives"),),
+              repo_of=lambda v: v.framework, doubles_below=lambda v: v.backend),
     StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
               lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),
