@@ -163,3 +163,46 @@ def test_tiny_generation(docker_client, npu_image):
     finally:
         for leftover in docker_client.containers.list(all=True, filters={"name": name}):
             leftover.remove(force=True)
+
+
+# A GRPO step with verl (its quick start's trainer and keys: verl docs/ascend_tutorial quick_start.rst and
+# tests/special_npu/quick_start/*.sh at main 1dda039b): two prompts of a gsm8k-style parquet written in the
+# container, the rollout on the image's backend, one training step. Needs a small causal LM (ASCEND_TEST_MODEL).
+GRPO_DATA = """
+import pandas as pd
+rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": q}], "ability": "math",
+         "reward_model": {"style": "rule", "ground_truth": a}, "extra_info": {"split": "train", "index": i}}
+        for i, (q, a) in enumerate([("What is 2 + 3? Answer after ####.", "5"),
+                                    ("What is 4 * 2? Answer after ####.", "8")])]
+pd.DataFrame(rows).to_parquet("/tmp/grpo.parquet")
+"""
+
+
+def test_verl_grpo_step(docker_client, npu_image):
+    model = os.environ.get("ASCEND_TEST_MODEL")
+    labels = docker_client.images.get(npu_image).labels
+    if labels.get("io.ascend-images.framework") != "verl":
+        pytest.skip("not a verl image")
+    if not model:
+        pytest.skip("set ASCEND_TEST_MODEL to a small model directory")
+    host_dir = Path(model).resolve()
+    model_dir = f"/models/{host_dir.name}"
+    n = len(devices())
+    args = " ".join([
+        "algorithm.adv_estimator=grpo", "data.train_files=/tmp/grpo.parquet", "data.val_files=/tmp/grpo.parquet",
+        "data.train_batch_size=2", "data.max_prompt_length=64", "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        f"actor_rollout_ref.rollout.name={labels['io.ascend-images.backend']}", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.gpu_memory_utilization=0.4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1", f"trainer.n_gpus_per_node={n}",
+        "trainer.nnodes=1", "trainer.total_training_steps=1", "trainer.device=npu", "trainer.logger=console",
+        "trainer.val_before_train=False", "trainer.save_freq=-1", "trainer.test_freq=-1"])
+    script = f"python3 -c {json.dumps(GRPO_DATA)} && python3 -m verl.trainer.main_ppo {args}"
+    spec = RunSpec(npu_image, ("bash", "-c", script), devices(), ipc_host=True,
+                   env={"ASCEND_PREFLIGHT": "strict"}, volumes=(parse_volume(f"{host_dir}:{model_dir}:ro"),))
+    check_host(spec)
+    out = io.StringIO()
+    code = run_container(docker_client, spec, out)
+    assert code == 0 and "step:1" in out.getvalue(), out.getvalue()[-5000:]
