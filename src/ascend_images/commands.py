@@ -56,6 +56,9 @@ def show_matrix(sel: Selection, out: Out) -> int:
             pins = getattr(rel.backends, b)
             backends.append(b if not hasattr(pins, "model_dump") else
                             f"{b}({', '.join(f'{k}={v}' for k, v in pins.model_dump().items() if isinstance(v, str))})")
+        for fw, fw_pins in rel.frameworks.items():
+            state = f"blocked: {fw_pins.blocked.split(',')[0]}..." if fw_pins.blocked else "ok"
+            backends.append(f"{fw}={fw_pins.version} over {'/'.join(fw_pins.backends)} ({state})")
         pair = matrix.spec.torch.pairs[rel.torch_npu]
         hdk = rel.hdk_floor or matrix.spec.cann.releases[rel.cann].hdk_floor
         out(f"{name:28} {rel.cann:8} {hdk:9} {pair.torch:7} {rel.torch_npu:13} {','.join(rel.python):15} "
