@@ -42,7 +42,7 @@ def _invoke(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
 def test_lock_check_passes_here_and_fails_on_a_changed_pin(tmp_path):
     ok = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "2 of 2 locks fresh" in ok.stdout
+    assert "3 of 3 locks fresh" in ok.stdout  # vllm, sglang, and verl's over sglang
     def other_vllm_ascend(data: dict) -> None:
         data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["vllm_ascend"] = "0.13.0rc3"
 
@@ -50,7 +50,7 @@ def test_lock_check_passes_here_and_fails_on_a_changed_pin(tmp_path):
     stale = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0",
                     "--matrix", str(tmp_path / "matrix.yaml"))
     assert stale.returncode == 1
-    assert "vllm-aarch64.txt is stale" in stale.stdout and "1 of 2 locks fresh" in stale.stdout
+    assert "vllm-aarch64.txt is stale" in stale.stdout and "2 of 3 locks fresh" in stale.stdout
 
 
 def test_an_override_settles_upstreams_contradiction_and_nothing_else(tmp_path, work_dir):
@@ -77,3 +77,33 @@ def test_an_override_settles_upstreams_contradiction_and_nothing_else(tmp_path, 
     assert "protobuf==5.29.5(arctic-inference)" in lock.header["build-pins-relaxed"]
     assert lock.pins["protobuf"] != "5.29.5"
     assert any("protobuf==5.29.5 yields to the runtime's protobuf==" in line for line in lines)
+
+
+def test_a_framework_lock_resolves_over_its_backends_and_needs_its_overrides(tmp_path, work_dir):
+    """verl over vLLM-Ascend 0.23.0, resolved again against PyPI: what the release pins and what the overrides settle
+    are the committed lock's, every backend pin is held but the overridden ones; without the TransferQueue override
+    (requirements-npu.txt's git branch) uv cannot resolve, and the error says what it resolved over."""
+    from ascend_images.inputs.frameworklock import check_framework_lock, framework_lock_spec, make_framework_lock
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    (v,) = select(matrix, device="a3", backend="vllm", framework="verl", arch="aarch64")
+    spec = framework_lock_spec(v)
+    lines: list[str] = []
+    lock = parse_lock(make_framework_lock(spec, tmp_path / "locks", lines.append, work_dir / "cache" / "sdists"))
+    check_framework_lock(spec, lock)
+    committed = parse_lock(spec.path(ROOT / "locks"))
+    for name in ("verl", "megatron-core", "mbridge", "transferqueue", "tensordict"):
+        assert lock.pins[name] == committed.pins[name], name
+    assert not [n for n in lock.pins if n in spec.backend_lock.pins and n not in ("numpy", "packaging")]
+    assert "antlr4-python3-runtime" in lock.header["from-source"]
+
+    def without_transferqueue(data: dict) -> None:
+        overrides = data["releases"]["cann9.1.0-pt2.10.0"]["frameworks"]["verl"]["overrides"]
+        data["releases"]["cann9.1.0-pt2.10.0"]["frameworks"]["verl"]["overrides"] = [
+            o for o in overrides if not o["requirement"].startswith("TransferQueue")]
+
+    broken = load_matrix(matrix_copy(tmp_path / "broken", without_transferqueue, locks=True))
+    (v,) = select(broken, device="a3", backend="vllm", framework="verl", arch="aarch64")
+    with pytest.raises(Exception, match=r"uv could not resolve verl 0\.9\.1 over .*vllm-aarch64\.txt"):
+        make_framework_lock(framework_lock_spec(v), tmp_path / "broken-locks", lines.append,
+                            work_dir / "cache" / "sdists")
