@@ -193,7 +193,10 @@ def test_backend_installs_exactly_its_lock(host, variant):
         pytest.skip("backend none (an --image run: CI deselects these on such images)")
     lock, have = backend_lock(host), installed(host)
     assert len(lock) > 50
-    assert {n: (v, have.get(n)) for n, v in lock.items() if have.get(n) != v} == {}
+    # a framework image's lock may move a backend pin (an override matrix.yaml explains); test_framework checks those
+    framework = host.file("/etc/ascend-images/framework-lock.txt")
+    moved = parse_lock_text(framework.content_string, Path("framework-lock.txt")).pins if framework.exists else {}
+    assert {n: (v, have.get(n)) for n, v in lock.items() if have.get(n) != v and n not in moved} == {}
 
 
 @pytest.mark.backend_image

@@ -69,7 +69,8 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
     pip = json.loads(in_container(docker_client, local, "pip list --format json 2>/dev/null"))
     dpkg = in_container(docker_client, local, "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n'")
     components = sbom["components"]
-    python = {(c["name"], c["version"]) for c in components if c.get("purl", "").startswith("pkg:pypi/")}
+    python = {(c["name"], c["version"]) for c in components
+              if c.get("purl", "").startswith(("pkg:pypi/", "pkg:generic/"))}
     assert python == {(re.sub(r"[-_.]+", "-", p["name"]).lower(), p["version"]) for p in pip}
     deb = {(c["name"], c["version"]) for c in components if c.get("purl", "").startswith("pkg:deb/")}
     assert deb == {tuple(line.split()[:2]) for line in dpkg.splitlines() if line.split()[2:] == ["ii"]}

@@ -3,6 +3,7 @@ registry); the documents' making and their round trip through a registry are in 
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -87,3 +88,27 @@ def test_references_and_the_tag_schema_tag():
     with pytest.raises(AttestError, match="not a registry reference"):
         split_reference("ascend-images/torch-npu:1.0")  # a local name: made from the engine's image instead
     assert tag_schema_tag("sha256:" + "0f" * 32) == "sha256-" + "0f" * 32
+
+
+def test_a_framework_images_lock_is_its_backends_with_the_framework_lock_over_it(locks):
+    """verl's lock may move a backend pin (an override matrix.yaml explains): a verl image holds the moved version,
+    and that is no finding; read as a plain backend image, the same SBOM is one."""
+    (locks / "rel" / "sglang-verl-aarch64.txt").write_text("# format: 1\nsix==1.16.0\n")
+    moved = docs(six="1.16.0")
+    assert findings(moved, locks_dir=locks, pins=PINS, checkout=ROOT) == [
+        "lock: six==1.17.0 is locked, the SBOM has six 1.16.0"]
+    moved.sbom["metadata"]["component"]["properties"].append(
+        {"name": "ascend-images:label:io.ascend-images.framework", "value": "verl"})
+    assert findings(moved, locks_dir=locks, pins=PINS, checkout=ROOT) == []
+
+
+def test_what_pip_installed_from_a_file_is_not_claimed_as_pypis():
+    """mindspeed from its git archive, the sgl-kernel-npu zip's wheels: pip's direct_url.json marks them; PyPI's
+    package of the same name (PyPI has a `mindspeed` 0.0.1.dev1 by someone else) must not be named."""
+    from ascend_images.release.inventory import Inventory, PythonDist
+    from ascend_images.release.sbom import build_sbom, sbom_json
+
+    inv = Inventory("img:tag", "sha256:" + "1" * 64, "arm64", {}, {"ID": "debian", "VERSION_ID": "12"},
+                    python=[PythonDist("mindspeed", "0.16.0", (), direct=True), PythonDist("verl", "0.9.1", ())])
+    purls = {c["name"]: c["purl"] for c in json.loads(sbom_json(build_sbom(inv, {})))["components"]}
+    assert purls == {"mindspeed": "pkg:generic/mindspeed@0.16.0", "verl": "pkg:pypi/verl@0.9.1"}

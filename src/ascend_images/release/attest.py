@@ -158,16 +158,23 @@ def findings(docs: Attestations, *, locks_dir: Path, pins: Mapping[str, Pin], ch
     if image_props.get(f"{PROPERTY}:test-double"):
         out.append(f"test double: built from {image_props[f'{PROPERTY}:test-double']} test doubles, never to be used")
     components = sbom.get("components", [])
-    python = {c["name"]: c.get("version") for c in components if str(c.get("purl", "")).startswith("pkg:pypi/")}
-    release, backend, arch = (labels.get(f"{LABEL_PREFIX}.{k}", "") for k in ("release", "backend", "arch"))
+    # installed from an index (pkg:pypi) or from a file (pkg:generic: a vendor wheel, a git archive): both are locked
+    python = {c["name"]: c.get("version") for c in components
+              if str(c.get("purl", "")).startswith(("pkg:pypi/", "pkg:generic/"))}
+    release, backend, arch, framework = (labels.get(f"{LABEL_PREFIX}.{k}", "")
+                                         for k in ("release", "backend", "arch", "framework"))
     if backend and backend != "none":
-        path = locks_dir / release / f"{backend}-{arch}.txt"
+        paths = [locks_dir / release / f"{backend}-{arch}.txt"]
+        if framework:  # its lock adds packages and may move a backend pin: it is read last and wins
+            paths.append(locks_dir / release / f"{backend}-{framework}-{arch}.txt")
+        locked: dict[str, str] = {}
         try:
-            lock = parse_lock(path)
+            for path in paths:
+                locked |= parse_lock(path).pins
         except (OSError, LockError) as exc:
             out.append(f"lock: {path} cannot be read ({exc})")
         else:
-            for name, version in sorted(lock.pins.items()):
+            for name, version in sorted(locked.items()):
                 have = python.get(normalize(name))
                 if have is None:
                     out.append(f"lock: {name}=={version} is locked, and the SBOM has no {name}")

@@ -56,7 +56,9 @@ for dist in md.distributions():
                           "expression": meta.get("License-Expression") or "",
                           "license": (meta.get("License") or "").strip().splitlines()[0][:200]
                                      if (meta.get("License") or "").strip() else "",
-                          "classifiers": classifiers})
+                          "classifiers": classifiers,
+                          # pip writes direct_url.json for what it installed from a file, path or URL, not an index
+                          "direct": dist.read_text("direct_url.json") is not None})
 seen = set()
 for info in sorted(glob.glob("/usr/local/Ascend/**/*install.info", recursive=True)):
     info = os.path.realpath(info)  # `latest` links lead to the same files
@@ -86,6 +88,9 @@ class PythonDist:
     name: str
     version: str
     licenses: tuple[str, ...]  # an SPDX expression, else the License field, else the classifiers' names
+    # installed from a file (a vendor wheel, a release zip's wheel, a git archive), not from an index: PyPI's
+    # package of that name, if any, is not this one
+    direct: bool = False
 
 
 @dataclass
@@ -145,6 +150,6 @@ def read_inventory(client, ref: str) -> Inventory:
     return Inventory(
         ref, image.id, image.attrs.get("Architecture", ""), dict(image.labels or {}), found["os"],
         [(d[0], d[1], d[2], tuple(d[3])) for d in found["deb"]], [tuple(r) for r in found["rpm"]],
-        sorted((PythonDist(p["name"], p["version"], _licenses(p)) for p in found["python"]),
+        sorted((PythonDist(p["name"], p["version"], _licenses(p), bool(p.get("direct"))) for p in found["python"]),
                key=lambda d: d.name.lower()),
         [tuple(c) for c in found["cann"]])

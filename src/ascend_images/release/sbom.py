@@ -75,9 +75,12 @@ def build_sbom(inv: Inventory, pins: Mapping[str, Pin]) -> Bom:
                                      licenses=_licenses([licence] if licence else [])))
     for dist in inv.python:
         key = normalize(dist.name)
+        # what pip installed from a file is not PyPI's package of that name (mindspeed from its git archive, the
+        # sgl-kernel-npu zip's wheels, a vendor's triton-ascend): a generic purl, and the file is among the downloads
+        kind = "generic" if dist.direct else "pypi"
         bom.components.add(Component(type=ComponentType.LIBRARY, name=key, version=dist.version,
-                                     purl=PackageURL("pypi", None, key, dist.version),
-                                     bom_ref=f"pypi:{key}@{dist.version}",
+                                     purl=PackageURL(kind, None, key, dist.version),
+                                     bom_ref=f"{kind}:{key}@{dist.version}",
                                      licenses=_licenses(dist.licenses)))
     for package, version, info in sorted(set(inv.cann)):
         bom.components.add(Component(type=ComponentType.FRAMEWORK, name=package, version=version,
