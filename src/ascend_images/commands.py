@@ -480,7 +480,9 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
 
 # --- invoke outdated ------------------------------------------------------------------------------
 def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[str] | None = None,
-                  pre: bool = False, limit: int = 5, as_json: bool = False) -> list:
+                  pre: bool = False, limit: int = 5, as_json: bool = False, err: Out = note) -> list:
+    """The rows on `out`; a wheel whose metadata cannot be read is a warning on `err`, so --json stays one
+    document."""
     from ascend_images.inputs.outdated import as_json as to_json
     from ascend_images.inputs.outdated import outdated, pinned_versions, table
 
@@ -489,7 +491,7 @@ def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[st
     for name in packages or []:
         if name not in known:
             raise SelectionError(f"--package {name!r}: the matrix pins {', '.join(known)}")
-    rows = outdated(matrix, index_url, out, packages=packages, pre=pre, limit=limit)
+    rows = outdated(matrix, index_url, err, packages=packages, pre=pre, limit=limit)
     if as_json:
         out(to_json(rows))
     else:
