@@ -44,6 +44,17 @@ def progress_stream() -> TextIO:
     return io.StringIO() if is_quiet() else sys.stderr
 
 
+_drawing: set[Any] = set()  # live lines on the terminal now: a task that fails mid-step must not leave one behind
+
+
+def stop_live() -> None:
+    """Stop every live line still drawn (rich hides the cursor while it draws). The task wrapper calls it when a
+    task ends, however it ends; a step's plain line is not printed then, since the step did not finish."""
+    for live in list(_drawing):
+        live.stop()
+        _drawing.discard(live)
+
+
 def fmt_seconds(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
@@ -89,6 +100,7 @@ class Steps:
                             console=Console(file=self.stream), transient=True)
             live.add_task(label, total=None)
             live.start()
+            _drawing.add(live)
         self._open = (name, time.monotonic(), live)
         self._label_open = label
 
@@ -100,6 +112,7 @@ class Steps:
         self._open = None
         if live is not None:
             live.stop()
+            _drawing.discard(live)
         self.times[name] = time.monotonic() - started
         self.done += 1
         if not is_quiet():

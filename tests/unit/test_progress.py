@@ -149,3 +149,25 @@ def test_a_builds_step_lines_go_to_stderr_and_its_outcome_to_stdout(voice, tmp_p
     with StageProgress("[1/4 base]", tmp_path / "q.log") as stage:  # the default is the same stderr note
         stage.line("Step 1/3 : FROM debian:12")
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_task_that_fails_mid_step_leaves_no_live_line(voice):
+    """tasks.py's wrapper around every task body: a body that raises inside a step ends as its one-line error, the
+    rich line is stopped (the cursor shown again, the line cleared) and no plain line claims the step finished."""
+    from invoke import Exit
+
+    from ascend_images.cli import load_tasks
+    from ascend_images.errors import AscendImagesError
+
+    out = Terminal()
+
+    def body() -> None:
+        Steps("publish", total=2, stream=out).begin("push r/x:1")
+        assert console._drawing
+        raise AscendImagesError("registry gone")
+
+    with pytest.raises(Exit, match="error: registry gone"):
+        load_tasks()._run(body)
+    assert not console._drawing
+    assert "\x1b[?25h" in out.getvalue() and out.getvalue().endswith("\x1b[2K")
+    assert "publish 1/2 push r/x:1 (" not in out.getvalue()
