@@ -140,6 +140,8 @@ def _run(fn, *args, **kwargs):
     except OSError as exc:  # a file error no flag check foresaw still reads as one line
         where = f"{exc.filename}: " if exc.filename else ""
         raise Exit(f"error: {where}{exc.strerror or exc}", code=2) from None
+    finally:  # a step's live line must not outlive its task, however the task ended
+        console.stop_live()
 
 
 def _number(flag: str, value: str | int, minimum: int) -> int:

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import yaml
 
 from ascend_images.bench_fleet import FLEET_FRACTION_MAX, check_fleet, fleet_row, fleet_verdict, measure_fleet
 from ascend_images.builder.build import Builder, BuildSettings, StageResult
+from ascend_images.console import Steps
 from ascend_images.matrix.model import Variant, load_matrix, select
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
 
@@ -57,6 +58,8 @@ class BenchSetup:
     stage_cache: str | None = None  # REGISTRY/NAMESPACE: the cold build pushes there, the fleet build pulls
     stage_cache_read_only: bool = False  # the cold build pushes nothing: the fleet build uses what is there
     fleet_engine: str | None = None  # DOCKER_HOST of an empty engine for the fleet build; default: a scratch dockerd
+    # which of the seven measurements runs, on stderr; the figures stay on `out`
+    steps: Steps = field(default_factory=lambda: Steps("bench", STEPS))
 
 
 def _plan(setup: BenchSetup, matrix_path: Path | None = None, namespace: str | None = None,
@@ -147,19 +150,19 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
 
     pushing = f", pushing to the stage cache {setup.stage_cache}" if setup.stage_cache and \
         not setup.stage_cache_read_only else ""
-    out(f"[bench 1/{STEPS}] cold build of the selection ({len(plan.stages)} stages{pushing})")
+    setup.steps.begin(f"cold build of the selection ({len(plan.stages)} stages{pushing})")
     cold, cold_results = _build(setup, plan, cold=True, cache=True)
     report["cold_seconds"] = round(cold, 1)
     report["stages"] = [{"tag": r.tag, "kind": r.kind, "seconds": round(r.seconds, 1)} for r in cold_results]
     out(f"  {cold:.0f}s")
 
     if setup.stage_cache:
-        out(f"[bench 2/{STEPS}] fleet: a second, empty engine builds the selection with the stage cache warm")
+        setup.steps.begin("fleet: a second, empty engine builds the selection with the stage cache warm")
     else:
-        out(f"[bench 2/{STEPS}] fleet: skipped (needs --stage-cache)")
+        setup.steps.begin("fleet: skipped (needs --stage-cache)")
     report.update(measure_fleet(setup, plan, cold, _build))
 
-    out(f"[bench 3/{STEPS}] each variant alone, from nothing")
+    setup.steps.begin("each variant alone, from nothing")
     alone = []
     for v in variants:
         where = {"device": v.device, "backend": v.backend, "arch": v.arch, "os": v.os, "release": v.release_name}
@@ -176,14 +179,14 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     report["alone_measured"] = measure_alone
     report["shared_speedup"] = round(sum(alone) / cold, 2) if cold else None
 
-    out(f"[bench 4/{STEPS}] no-op rebuild")
+    setup.steps.begin("no-op rebuild")
     noop, noop_results = _build(setup, plan, cold=False)
     report["noop_seconds"] = round(noop, 2)
     report["noop_fraction"] = round(noop / cold, 4) if cold else None
     report["noop_rebuilt"] = [r.tag for r in noop_results if r.status == "built"]
     out(f"  {noop:.1f}s ({report['noop_fraction']:.2%} of cold), rebuilt: {report['noop_rebuilt'] or 'nothing'}")
 
-    out(f"[bench 5/{STEPS}] incremental rebuild after one env default changes")
+    setup.steps.begin("incremental rebuild after one env default changes")
     device, name, value = incremental_env or (variants[-1].device, "SOC_VERSION",
                                               variants[-1].device_spec.soc_version + "x")
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,7 +203,7 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     # put the real images back under their tags
     _build(setup, plan, cold=False)
 
-    out(f"[bench 6/{STEPS}] sizes and dive efficiency")
+    setup.steps.begin("sizes and dive efficiency")
     sizes = {}
     for stage in plan.stages:
         own = _image_size(setup.client, stage.tag) - (_image_size(setup.client, stage.parent.tag)
@@ -212,13 +215,14 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     for tag, score in report["dive"].items():
         out(f"  {tag}: {sizes[tag]['image_mb']} MB, dive efficiency {score}")
 
-    out(f"[bench 7/{STEPS}] start-up: docker run IMAGE true, median of {runs}")
+    setup.steps.begin(f"start-up: docker run IMAGE true, median of {runs}")
     base_ref = next(s.parent_ref for s in plan.stages if s.parent is None)
     base_ms = _startup_ms(setup.client, base_ref, runs)
     startup = {tag: round(_startup_ms(setup.client, tag, runs), 1) for tag in {plan.top(v).tag for v in variants}}
     report["startup_ms"] = {"os_image": {base_ref: round(base_ms, 1)}, "images": startup,
                             "overhead_ms": {t: round(ms - base_ms, 1) for t, ms in startup.items()}}
     report["verdicts"] = verdicts(report)
+    setup.steps.end()
     return report
 
 

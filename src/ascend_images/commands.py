@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from ascend_images.console import note
+from ascend_images.console import Steps, note
 from ascend_images.errors import AscendImagesError, SelectionError
 from ascend_images.flags import InputFlags, LockFlags, RunFlags, Selection, SourceFlags
 from ascend_images.inputs.checksums import parse_checksums
@@ -177,7 +177,8 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
 
     matrix = sel.load()
     variants = sel.variants(matrix)
-    check_rules(variants, out)
+    steps = Steps("fetch", live=False)  # the download bar is fetch's live line
+    check_rules(variants, steps.warn)
     kind = flags.cann_kind or matrix.spec.defaults.cann_source
     wanted = wanted_for(variants, cann=kind == "url")
     if flags.artifacts_dir:  # those come from the directory the user named
@@ -185,7 +186,7 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
     cache = flags.cache()
     out(f"fetch: {len(wanted)} file(s) for {len(variants)} variant(s) into {cache}")
     given = parse_checksums(Path(flags.checksums)) if flags.checksums else {}
-    results = fetch_all(matrix, wanted, cache, out, checksums=given, stream=stream, record=record)
+    results = fetch_all(matrix, wanted, cache, out, checksums=given, stream=stream, record=record, steps=steps)
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -414,13 +415,14 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
           fleet_engine: str | None = None) -> dict:
     """`invoke bench`; with a stage cache, the cold build pushes there and the fleet build (a second, empty engine:
     a scratch dockerd here, or `fleet_engine`) is measured pulling from it."""
-    from ascend_images.bench import BenchSetup, run_bench, table
+    from ascend_images.bench import STEPS, BenchSetup, run_bench, table
     from ascend_images.builder.build import BuildSettings, git_revision
     from ascend_images.builder.engine import connect, image_exists
 
     matrix = sel.load()
     variants = sel.variants(matrix)
-    check_rules(variants, out)
+    steps = Steps("bench", STEPS)
+    check_rules(variants, steps.warn)
     client = connect()
     # every selection flag, so an overlay (profile, allocator, --env) over shared stages can be measured too
     selection = {"device": sel.device, "backend": sel.backend, "release": sel.release, "os": sel.os,
@@ -430,7 +432,8 @@ def bench(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out,
                              revision=git_revision(PROJECT_ROOT))
     setup = BenchSetup(client, settings, Path(sel.matrix), selection,
                        base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out,
-                       stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine)
+                       stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,
+                       steps=steps)
     report = run_bench(setup, runs=runs, measure_alone=measure_alone)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -455,7 +458,8 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
     target = Target.parse(registry)
     matrix = sel.load()
     variants = sel.variants(matrix)
-    check_rules(variants, out)
+    steps = Steps("publish")
+    check_rules(variants, steps.warn)
     groups = group_variants(variants, namespace, target)
     # the merge job writes lists from what the registry holds: it needs no engine, and may run where none is
     client = None if only == "lists" else connect()
@@ -465,7 +469,8 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
         client, registry_client, pins, out, commit=git_revision(PROJECT_ROOT),
         matrix_sha256=matrix_digest(matrix.path))
     publisher = Publisher(client, registry_client, target, out, force=force, dry_run=dry_run,
-                          allow_test_double=allow_test_double, on_step=on_step, pins=pins, attestor=attestor)
+                          allow_test_double=allow_test_double, on_step=on_step, pins=pins, attestor=attestor,
+                          steps=steps)
     report = publisher.run(groups, only=only)
     if not dry_run:
         write_report(report, report_path)
@@ -475,7 +480,9 @@ def publish(sel: Selection, out: Out, *, registry: str, dry_run: bool = False, f
 
 # --- invoke outdated ------------------------------------------------------------------------------
 def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[str] | None = None,
-                  pre: bool = False, limit: int = 5, as_json: bool = False) -> list:
+                  pre: bool = False, limit: int = 5, as_json: bool = False, err: Out = note) -> list:
+    """The rows on `out`; a wheel whose metadata cannot be read is a warning on `err`, so --json stays one
+    document."""
     from ascend_images.inputs.outdated import as_json as to_json
     from ascend_images.inputs.outdated import outdated, pinned_versions, table
 
@@ -484,7 +491,7 @@ def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[st
     for name in packages or []:
         if name not in known:
             raise SelectionError(f"--package {name!r}: the matrix pins {', '.join(known)}")
-    rows = outdated(matrix, index_url, out, packages=packages, pre=pre, limit=limit)
+    rows = outdated(matrix, index_url, err, packages=packages, pre=pre, limit=limit)
     if as_json:
         out(to_json(rows))
     else:
@@ -588,7 +595,8 @@ def lock_selection(sel: Selection, flags: LockFlags) -> list[LockSpec]:
     return specs
 
 
-def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache_dir: Path) -> int:
+def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache_dir: Path,
+               steps: Steps | None = None) -> int:
     """--check: report each lock's state without network (exit 1 when any is missing or stale).
     Otherwise resolve and write each lock; one failure does not stop the others."""
     from ascend_images.inputs.lockgen import LockMaker
@@ -597,11 +605,15 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
     matrix = sel.load()
     root = locks_dir(matrix)
     specs = [] if flags.framework else lock_selection(sel, flags)
+    frameworks = framework_lock_variants(matrix, flags)
+    steps = steps or Steps("lock")
+    steps.total = len(specs) + len(frameworks)
     failed = skipped = 0
     maker = LockMaker(out, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
                       tuple(flags.extra_index_urls), pins=read_pins(pins_path(matrix)))
     for spec in specs:
         path = spec.path(root)
+        steps.begin(f"{spec.release}/{spec.backend}/{spec.arch}")
         try:
             blocked = matrix.spec.releases[spec.release].blocked
             if check:
@@ -625,8 +637,8 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
         except AscendImagesError as exc:
             failed += 1
             out(f"FAILED  {path.relative_to(root.parent)}: {exc}")
-    frameworks = framework_lock_variants(matrix, flags)
     for v in frameworks:
+        steps.begin(f"{v.release_name}/{v.backend}+{v.framework}/{v.arch}")
         why = not_locked(matrix, lock_spec(v))
         if why:  # no backend lock to resolve over: the framework's is not to be had either
             skipped += 1
@@ -634,6 +646,7 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
             continue
         failed += _framework_lock(v, root, out, check=check, index_url=flags.index_url or PYPI_SIMPLE,
                                   cache_dir=cache_dir)
+    steps.end()
     counted = len(specs) + len(frameworks) - skipped
     out(f"{counted - failed} of {counted} locks {'fresh' if check else 'written'}"
         + (f", {skipped} skipped (the matrix says why)" if skipped else ""))

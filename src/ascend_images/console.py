@@ -1,12 +1,16 @@
-"""How loud a task is: `-q/--quiet` and `--verbose` mean the same in every task (DESIGN 18: stdout carries results,
-stderr notes and progress). One process-wide level, set once by the task wrapper before the task body runs, so no
-function between the flag and the line that prints has to pass it along."""
+"""How loud a task is, and what long work shows while it runs (DESIGN 18: stdout carries results, stderr notes and
+progress). `-q/--quiet` and `--verbose` mean the same in every task: one process-wide level, set once by the task
+wrapper before the task body runs, so no function between the flag and the line that prints has to pass it along.
+`Steps` is the one progress mechanism of lint, lock, fetch, publish and bench."""
 
 from __future__ import annotations
 
 import io
 import sys
-from typing import TextIO
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 from ascend_images.errors import SelectionError
 
@@ -38,3 +42,102 @@ def note(line: str) -> None:
 def progress_stream() -> TextIO:
     """Where progress is drawn: stderr, or nowhere with --quiet."""
     return io.StringIO() if is_quiet() else sys.stderr
+
+
+_drawing: set[Any] = set()  # live lines on the terminal now: a task that fails mid-step must not leave one behind
+
+
+def stop_live() -> None:
+    """Stop every live line still drawn (rich hides the cursor while it draws). The task wrapper calls it when a
+    task ends, however it ends; a step's plain line is not printed then, since the step did not finish."""
+    for live in list(_drawing):
+        live.stop()
+        _drawing.discard(live)
+
+
+def fmt_seconds(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+class Steps:
+    """What a long task is doing and how far it is, on stderr: on a terminal a live line (rich) with the running
+    step, its number and its time; everywhere one plain line per finished step, e.g. `lock 3/9 NAME (12.3s)`; nothing
+    with --quiet. Warnings are counted and the count said by `end()`; --verbose shows each in full as it comes.
+
+    `task` "" leaves the label as the step's name (lint's steps are named, not counted). `live=False` where the task
+    draws a live line of its own (fetch's download bar), so two never fight over the terminal's last line."""
+
+    def __init__(self, task: str = "", total: int | None = None, stream: TextIO | None = None,
+                 live: bool | None = None):
+        self.stream = stream or sys.stderr
+        self.task = task
+        self.total = total
+        self.live = (self.stream.isatty() if live is None else live) and not is_quiet()
+        self.times: dict[str, float] = {}
+        self.warnings: list[str] = []
+        self.done = 0
+        self._open: tuple[str, float, Any] | None = None
+        self._label_open = ""
+
+    def _label(self, name: str) -> str:
+        if not self.task:
+            return name
+        number = f"{self.done + 1}/{self.total}" if self.total else str(self.done + 1)
+        return f"{self.task} {number} {name}"
+
+    def begin(self, name: str) -> None:
+        """Start a step; the open one, if any, finishes first (for sequential code such as bench's)."""
+        self.finish()
+        label = self._label(name)
+        live = None
+        if self.live:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            # transient: the live line gives way to the plain one when the step ends
+            live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(file=self.stream), transient=True)
+            live.add_task(label, total=None)
+            live.start()
+            _drawing.add(live)
+        self._open = (name, time.monotonic(), live)
+        self._label_open = label
+
+    def finish(self, detail: str = "") -> None:
+        """End the open step: its plain line, with `detail` (e.g. a size) before the time."""
+        if self._open is None:
+            return
+        name, started, live = self._open
+        self._open = None
+        if live is not None:
+            live.stop()
+            _drawing.discard(live)
+        self.times[name] = time.monotonic() - started
+        self.done += 1
+        if not is_quiet():
+            extra = f" {detail}" if detail else ""
+            print(f"{self._label_open}{extra} ({fmt_seconds(self.times[name])})", file=self.stream, flush=True)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[dict[str, str]]:
+        """One step around a block; the block may set `["detail"]` on what it is given."""
+        self.begin(name)
+        said = {"detail": ""}
+        try:
+            yield said
+        finally:
+            self.finish(said["detail"])
+
+    def warn(self, text: str) -> None:
+        """A warning: counted; shown in full with --verbose (the count alone otherwise, by `end`)."""
+        self.warnings.append(text)
+        if is_verbose():
+            print(text, file=self.stream, flush=True)
+
+    def end(self) -> None:
+        """Finish the open step and say how many warnings there were (if any)."""
+        self.finish()
+        if self.warnings and not is_quiet():
+            hidden = "" if is_verbose() else " (--verbose shows them)"
+            print(f"{self.task or 'done'}: {len(self.warnings)} warning(s){hidden}", file=self.stream, flush=True)

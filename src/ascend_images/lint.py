@@ -8,17 +8,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
-
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ascend_images import console
-from ascend_images.builder.progress import fmt_seconds
+from ascend_images.console import Steps, fmt_seconds
 from ascend_images.errors import AscendImagesError
 from ascend_images.flags import Selection, SourceFlags
 from ascend_images.inputs.sources import CannSource, Sources
@@ -29,33 +23,6 @@ from ascend_images.stages.render import Renderer
 
 Out = Callable[[str], None]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-class Steps:
-    """What `invoke lint` is doing, on stderr (DESIGN 18): a live line with the running step and its time on a
-    terminal (rich), and one line per finished step with its elapsed time everywhere; nothing with --quiet. What the
-    linters found stays on `out` (stdout)."""
-
-    def __init__(self, stream: TextIO | None = None):
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty() and not console.is_quiet()
-        self.times: dict[str, float] = {}
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
-        if self.live:
-            # transient: the live line gives way to the plain one below when the step ends
-            live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=Console(file=self.stream), transient=True)
-            with live:
-                live.add_task(name, total=None)
-                yield
-        else:
-            yield
-        self.times[name] = time.monotonic() - started
-        if not console.is_quiet():
-            print(f"{name}: {fmt_seconds(self.times[name])}", file=self.stream, flush=True)
 
 
 def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Steps | None = None) -> int:

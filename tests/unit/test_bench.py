@@ -1,8 +1,10 @@
+import io
 from typing import ClassVar
 
 import pytest
 
 from ascend_images.bench import TARGETS, table, verdicts
+from ascend_images.console import Steps
 from tests.conftest import ROOT
 
 
@@ -231,8 +233,10 @@ def fake_bench(monkeypatch, tmp_path):
         settings = BuildSettings(sources, work_dir=tmp_path / "build")  # type: ignore[arg-type]
         selection = {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "arch": "aarch64"}
         return bench.BenchSetup(state.host_client, settings, ROOT / "matrix.yaml", selection, {},
-                                "ascend-images-bench", lines.append, **over)
+                                "ascend-images-bench", lines.append,
+                                **{"steps": Steps("bench", bench.STEPS, stream=state.progress), **over})
 
+    state.progress = io.StringIO()  # the steps' lines (stderr in a real run)
     state.setup = setup
     return state
 
@@ -245,9 +249,10 @@ def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
     assert all(b.client is fake_bench.host_client and b.settings.stage_cache is None for b in fake_bench.builders)
     assert result["stage_cache"] is None and result["fleet_seconds"] is None and result["fleet_fraction"] is None
     assert result["verdicts"]["fleet_within_10pct"] is None
-    assert "[bench 2/7] fleet: skipped (needs --stage-cache)" in fake_bench.lines
-    assert [line.split("]")[0] for line in fake_bench.lines if line.startswith("[bench ")] == \
-        [f"[bench {k}/7" for k in range(1, 8)]
+    steps = fake_bench.progress.getvalue().splitlines()
+    assert "bench 2/7 fleet: skipped (needs --stage-cache) (0.0s)" in steps
+    assert [line.split(" ")[1] for line in steps] == [f"{k}/7" for k in range(1, 8)]
+    assert not any(line.startswith("[bench ") or line.startswith("bench ") for line in fake_bench.lines)
 
 
 def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
@@ -272,7 +277,8 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
     assert result["fleet_statuses"] == {"built": 0, "pulled": stages, "reused": 0}
     assert result["verdicts"]["fleet_within_10pct"] is True
     assert f"30.0 s = 5.00% of cold: {stages} pulled, 0 built" in table(result)
-    assert any(line.startswith("[bench 2/7] fleet: a second, empty engine") for line in fake_bench.lines)
+    assert any(line.startswith("bench 2/7 fleet: a second, empty engine")
+               for line in fake_bench.progress.getvalue().splitlines())
 
 
 def test_a_failed_fleet_build_is_a_finding_and_the_engine_still_goes(fake_bench):

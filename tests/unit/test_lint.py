@@ -33,7 +33,7 @@ def test_lint_says_what_it_does_and_counts_hadolints_warnings(tmp_path):
     steps = result.stderr.splitlines()
     assert [line.split(":")[0].split(" (")[0] for line in steps] == [
         "ruff", "lint-imports", "render every variant", "hadolint", "rendered/", "actionlint", "zizmor"]
-    assert all(re.search(r": (\d+m\d\ds|\d+\.\ds)$", line) for line in steps), steps
+    assert all(re.search(r" \((\d+m\d\ds|\d+\.\ds)\)$", line) for line in steps), steps
     summary = next(line for line in result.stdout.splitlines() if line.startswith("hadolint:"))
     assert summary.startswith("hadolint: 0 errors, ")
     warnings = int(re.search(r"(\d+) warnings", summary)[1])
@@ -57,7 +57,7 @@ def test_a_step_is_a_live_line_on_a_terminal_and_a_plain_one_elsewhere(stream, v
     out = stream()
     console.configure(**voice)
     try:
-        steps = Steps(out)
+        steps = Steps(stream=out)
         with steps.step("hadolint (3 Dockerfiles)"):
             time.sleep(0.3)
     finally:
@@ -66,7 +66,7 @@ def test_a_step_is_a_live_line_on_a_terminal_and_a_plain_one_elsewhere(stream, v
     if voice.get("quiet"):
         assert text == ""
         return
-    assert text.endswith("hadolint (3 Dockerfiles): 0.3s\n"), repr(text)
+    assert text.endswith("hadolint (3 Dockerfiles) (0.3s)\n"), repr(text)
     assert ("\x1b[" in text and "0:00:00" in text) is live, repr(text)  # rich's spinner line, with elapsed time
     assert text.count("\n") == (2 if live else 1)
 

@@ -4,6 +4,7 @@ that explains it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
@@ -38,12 +39,17 @@ def python(tmp_path_factory) -> Path:
     return root / "bin" / "python"
 
 
+# the venv stands for an image's: a PYTHONPATH at this checkout's src/ (how tests run a worktree) would add the
+# ascend_images.egg-info an editable install leaves there to what its pip check sees
+VENV_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def _run(python: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), str(SCRIPT), *overrides], capture_output=True, text=True)
+    return subprocess.run([str(python), str(SCRIPT), *overrides], capture_output=True, text=True, env=VENV_ENV)
 
 
 def test_plain_pip_check_sees_the_conflict(python):
-    result = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True)
+    result = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, env=VENV_ENV)
     assert result.returncode == 1
     assert "vllm 0.18.0 has requirement opencv-python-headless>=4.13.0, but you have opencv-python-headless " \
            "4.11.0.86." in result.stdout
@@ -101,7 +107,8 @@ def no_deps_python(tmp_path) -> Path:
 
 
 def test_what_a_no_deps_package_requires_is_waived_for_it_alone(no_deps_python):
-    plain = subprocess.run([str(no_deps_python), "-m", "pip", "check"], capture_output=True, text=True)
+    plain = subprocess.run([str(no_deps_python), "-m", "pip", "check"], capture_output=True, text=True,
+                           env=VENV_ENV)
     assert "triton-ascend 3.2.2 requires ascend-compiler, which is not installed." in plain.stdout
     assert "triton-ascend 3.2.2 has requirement numpy>=2, but you have numpy 1.26.4." in plain.stdout
     result = _run(no_deps_python, "--no-deps", "triton-ascend==3.2.2")

@@ -30,6 +30,7 @@ from ascend_images.builder.claims import claim, claims_dir
 from ascend_images.builder.engine import disk_full
 from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
 from ascend_images.builder.stagecache import StageCache
+from ascend_images.console import note
 from ascend_images.errors import BuildError, Interrupted
 from ascend_images.inputs.cache import default_built_wheels
 from ascend_images.inputs.sources import BuildInputs, Sources
@@ -136,6 +137,7 @@ class Builder:
         self.settings = settings
         self.renderer = renderer or Renderer()
         self.out = out or printer()
+        self.progress: Callable[[str], None] = note  # a stage's step lines: stderr, unlike its outcome
         self.results: dict[str, StageResult] = {}
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
@@ -153,7 +155,11 @@ class Builder:
                 with self._lock:
                     plain(line)
 
-            self.out = out
+            def progress(line: str) -> None:
+                with self._lock:
+                    note(line)
+
+            self.out, self.progress = out, progress
 
     @functools.cached_property
     def claims(self) -> Path:
@@ -281,7 +287,7 @@ class Builder:
         }
         image_id = None
         error = None
-        with StageProgress(label, log_path, self.out) as progress:
+        with StageProgress(label, log_path, self.progress) as progress:
             stream = self.client.api.build(
                 path=str(context), rm=True, forcerm=True, pull=False, decode=True, nocache=self.settings.nocache,
                 network_mode="host", platform=platform, buildargs=buildargs, labels=labels,

@@ -1,5 +1,7 @@
 """Progress for long builds: which stage of how many, the current step, elapsed time; and the
-full log of each stage on disk."""
+full log of each stage on disk. The step and heartbeat lines are progress, so they go to stderr (console.note:
+nothing with --quiet); what became of each stage (built, reused, pulled) and the image tags stay the build's
+results on stdout."""
 
 from __future__ import annotations
 
@@ -10,19 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from ascend_images.console import fmt_seconds, note
+
+__all__ = ["HEARTBEAT_SECONDS", "StageProgress", "fmt_seconds", "printer"]
 HEARTBEAT_SECONDS = 20.0
-
-
-def fmt_seconds(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
 @dataclass
 class StageProgress:
     label: str  # e.g. "[3/7 cann-install ascend-images/cann-install:...]"
     log_path: Path
-    out: Callable[[str], None]
+    out: Callable[[str], None] = note
     started: float = field(default_factory=time.monotonic)
     step: str = ""
     last_line: str = ""

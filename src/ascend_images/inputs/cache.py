@@ -16,9 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from ascend_images.console import Steps
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted, variant_wanted
-from ascend_images.inputs.download import DownloadError, Policy, Request, commit, fetch_file, sha256_file
+from ascend_images.inputs.download import DownloadError, Policy, Request, _size, commit, fetch_file, sha256_file
 from ascend_images.inputs.pins import Pin, add_pins, pins_path, read_pins, trust_record_path
 from ascend_images.inputs.pypi import PackageIndexError, find_wheel, index_files
 from ascend_images.inputs.sources import local_wheel
@@ -90,9 +91,13 @@ def expectation(file: str, published: str | None, pin: Pin | None, trust: Pin | 
 
 
 def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, checksums: dict[str, str] | None = None,
-              policy: Policy | None = None, stream: TextIO | None = None, record: bool = False) -> list[FetchResult]:
+              policy: Policy | None = None, stream: TextIO | None = None, record: bool = False,
+              steps: Steps | None = None) -> list[FetchResult]:
     """Download (or find in the cache) each file; a failure stops at once with nothing left under a final name.
-    `record`: pin every file PyPI does not carry that pins.yaml lacks, there."""
+    `record`: pin every file PyPI does not carry that pins.yaml lacks, there. `steps` says file i of n and its size
+    on stderr; the download bar is the live line, so the steps draw none."""
+    steps = steps or Steps("fetch", live=False)
+    steps.total = len(wanted)
     pin_file = pins_path(matrix)
     pins = read_pins(pin_file)
     trust_file = trust_record_path(cache)
@@ -100,6 +105,7 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
     given = checksums or {}
     results = []
     for w in wanted:
+        steps.begin(w.file or (w.wheel.name if w.wheel else w.key))
         known = {p.file: p for p in (*trusted.values(), *pins.values())}
         index_sha256, lock_sha256 = "", w.sha256  # a lock's (PyPI's) sha256 is published; a named wheel's is a pin
         if not w.file:
@@ -147,4 +153,6 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
             out(f"RECORDED: {w.file} sha256 {got} pinned in {pin_file} (review it in the diff and commit it)")
         out(f"{status:>20}  {w.file}  {got[:16]}")
         results.append(FetchResult(w.file, cache / w.file, got, status))
+        steps.finish(f"{_size(target.stat().st_size)} {status}")
+    steps.end()
     return results

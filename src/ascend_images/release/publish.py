@@ -24,6 +24,7 @@ from typing import Any
 
 import docker
 
+from ascend_images.console import Steps
 from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.pins import Pin
 from ascend_images.matrix.model import Variant
@@ -101,8 +102,9 @@ class Publisher:
     def __init__(self, client: docker.DockerClient | None, registry: RegistryClient, target: Target, out: Out,
                  *, force: bool = False, dry_run: bool = False, allow_test_double: bool = False,
                  on_step: Callable[[str, str], None] | None = None, pins: Mapping[str, Pin] | None = None,
-                 attestor: Attestor | None = None):
+                 attestor: Attestor | None = None, steps: Steps | None = None):
         self.client = client
+        self.steps = steps or Steps("publish")  # push i of n on stderr; the pushes' outcomes stay on `out`
         self.registry = registry
         self.target = target
         self.out = out
@@ -266,10 +268,13 @@ class Publisher:
             self.check_local(groups)
         self.check_remote(groups, lists=only != "arch")
         lists: dict[int, bytes | None] = {}
+        self.steps.total = (sum(len(g.images) for g in groups) if only != "lists" else 0) + \
+            (len(groups) if only != "arch" else 0)
         try:
             if only != "lists":
                 for group in groups:
                     for image in group.images.values():
+                        self.steps.begin(f"push {self.ref(group.repo, image.tag)}")
                         digest = self.push_arch(group, image)
                         if digest:
                             self.report["tags"][self.ref(group.repo, image.tag)] = digest
@@ -277,9 +282,12 @@ class Publisher:
                             self.report.setdefault("attestations", {})[self.ref(group.repo, image.tag)] = \
                                 self.attestor.attach(group.repo, image.local, digest)
             if only == "arch":
+                self.steps.end()
                 return self.report
             for i, group in enumerate(groups):
+                self.steps.begin(f"list {self.ref(group.repo, group.list_tag)}")
                 lists[i] = self.write_list(group)
+            self.steps.end()
         except (RegistryError, docker.errors.APIError) as exc:
             raise PublishError(f"publishing stopped: {exc}\nNo alias was moved; what is in the registry is "
                                "complete per tag. Run the same command again to finish.") from None

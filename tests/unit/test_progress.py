@@ -1,0 +1,173 @@
+"""Long work shows what it does and how far it is (issue 37 item 5), on stderr: `console.Steps` for lint, lock,
+fetch, publish and bench; a build's step lines. A live line on a terminal, plain lines elsewhere, nothing with
+--quiet; warnings counted at the end and shown in full with --verbose; results stay on stdout."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from ascend_images import console
+from ascend_images.builder.build import Builder, BuildSettings
+from ascend_images.builder.progress import StageProgress
+from ascend_images.console import Steps
+from ascend_images.inputs.artifacts import Wanted
+from ascend_images.inputs.cache import fetch_all
+from ascend_images.inputs.download import Policy
+from ascend_images.inputs.sources import CannSource, Sources
+from ascend_images.matrix.model import load_matrix
+from tests.conftest import ROOT
+from tests.fixtures.httpserver import Server
+from tests.fixtures.matrices import matrix_copy
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def voice() -> Iterator[None]:
+    """Each test sets its own level; the next test starts at the normal one."""
+    yield
+    console.configure()
+
+
+def test_steps_are_numbered_and_timed_one_plain_line_each(voice):
+    out = io.StringIO()
+    steps = Steps("lock", total=3, stream=out)
+    for name in ("a/vllm/aarch64", "b/sglang/aarch64"):
+        with steps.step(name):
+            pass
+    steps.begin("c/vllm/x86_64")
+    steps.finish("12 packages")
+    steps.end()
+    assert out.getvalue().splitlines() == ["lock 1/3 a/vllm/aarch64 (0.0s)", "lock 2/3 b/sglang/aarch64 (0.0s)",
+                                           "lock 3/3 c/vllm/x86_64 12 packages (0.0s)"]
+
+
+def test_begin_finishes_the_open_step_first(voice):
+    out = io.StringIO()
+    steps = Steps("bench", total=2, stream=out)
+    steps.begin("cold build")
+    steps.begin("no-op rebuild")
+    steps.end()
+    assert [line.rsplit(" (", 1)[0] for line in out.getvalue().splitlines()] == ["bench 1/2 cold build",
+                                                                                "bench 2/2 no-op rebuild"]
+
+
+@pytest.mark.parametrize(("level", "says"), [
+    ({}, ["fetch 1/1 f (0.0s)", "fetch: 2 warning(s) (--verbose shows them)"]),
+    ({"verbose": True}, ["warning [r1]: one", "warning [r2]: two", "fetch 1/1 f (0.0s)", "fetch: 2 warning(s)"]),
+    ({"quiet": True}, []),
+])
+def test_warnings_are_counted_and_shown_with_verbose(voice, level, says):
+    console.configure(**level)
+    out = io.StringIO()
+    steps = Steps("fetch", total=1, stream=out)
+    steps.warn("warning [r1]: one")
+    steps.warn("warning [r2]: two")
+    with steps.step("f"):
+        pass
+    steps.end()
+    assert out.getvalue().splitlines() == says
+    assert len(steps.warnings) == 2  # counted even when nothing is said
+
+
+@pytest.mark.parametrize(("stream", "live"), [(Terminal, None), (io.StringIO, None), (Terminal, False)])
+def test_a_live_line_only_on_a_terminal_and_only_when_asked(voice, stream, live):
+    out = stream()
+    steps = Steps("publish", total=1, stream=out, live=live)
+    with steps.step("push r/x:1"):
+        pass
+    drawn = "\x1b[" in out.getvalue()  # rich's spinner line, gone when the step ends
+    assert drawn is (stream is Terminal and live is None), repr(out.getvalue())
+    assert out.getvalue().endswith("publish 1/1 push r/x:1 (0.0s)\n")
+
+
+def test_lock_check_through_the_console_script_counts_every_lock_on_stderr():
+    """`ascend-images lock --check` as a user runs it, not on a terminal: one `lock i/n NAME (TIME)` line per lock
+    on stderr, n the number of verdicts on stdout; stdout holds no progress; -q leaves stderr empty."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "ascend_images.cli", "lock", "--check"]
+    result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    verdicts = [line for line in result.stdout.splitlines() if re.match(r"(ok|skipped|FAILED) ", line)]
+    progress = result.stderr.splitlines()
+    total = len(verdicts)
+    assert total > 10
+    assert [re.match(r"lock (\d+)/(\d+) \S+ \(\d+\.\ds\)$", line).groups() for line in progress] == \
+        [(str(i), str(total)) for i in range(1, total + 1)], progress
+    assert "cann9.1.0-pt2.10.0/vllm/aarch64" in result.stderr
+    assert not any(line.startswith("lock ") for line in result.stdout.splitlines())
+    quiet = subprocess.run([*argv, "-q"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == result.stdout
+
+
+def test_fetch_says_file_i_of_n_with_its_size_and_status(voice, tmp_path):
+    server = Server()
+    try:
+        files = {"a.zip": b"x" * 1500, "b.zip": b"y" * 20}
+        wanted = []
+        for name, data in files.items():
+            server.files[f"/{name}"] = data
+            wanted.append(Wanted("test", name, server.url(f"/{name}"), "artifacts",
+                                 hashlib.sha256(data).hexdigest()))
+        progress, lines = io.StringIO(), []
+        fetch_all(load_matrix(matrix_copy(tmp_path)), wanted, tmp_path / "cache", lines.append,
+                  policy=Policy(attempts=1, timeout=10), stream=io.StringIO(), steps=Steps("fetch", stream=progress))
+    finally:
+        server.stop()
+    assert [line.rsplit(" (", 1)[0] for line in progress.getvalue().splitlines()] == [
+        "fetch 1/2 a.zip 1.5 KB downloaded", "fetch 2/2 b.zip 20 B downloaded"]
+    assert not any(line.startswith("fetch 1/2") for line in lines)  # the results (`out`) hold no progress
+
+
+def test_a_builds_step_lines_go_to_stderr_and_its_outcome_to_stdout(voice, tmp_path, capsys):
+    """StageProgress's step and heartbeat lines are progress (stderr, none with -q); the Builder's `out` gets what
+    became of each stage. With --jobs 2 the step lines are still stderr, under the builder's lock."""
+    for jobs in (1, 2):
+        said: list[str] = []
+        builder = Builder(object(), BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path,
+                                                  jobs=jobs), out=said.append)  # type: ignore[arg-type]
+        with StageProgress("[1/4 base]", tmp_path / f"{jobs}.log", builder.progress) as stage:
+            stage.line("Step 1/3 : FROM debian:12")
+            stage.line("some output")
+        assert said == []
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert re.fullmatch(r"\[1/4 base\] step 1/3 \(\d+\.\ds\): FROM debian:12\n", captured.err), captured.err
+        assert (tmp_path / f"{jobs}.log").read_text() == "Step 1/3 : FROM debian:12\nsome output\n"
+    console.configure(quiet=True)
+    with StageProgress("[1/4 base]", tmp_path / "q.log") as stage:  # the default is the same stderr note
+        stage.line("Step 1/3 : FROM debian:12")
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_task_that_fails_mid_step_leaves_no_live_line(voice):
+    """tasks.py's wrapper around every task body: a body that raises inside a step ends as its one-line error, the
+    rich line is stopped (the cursor shown again, the line cleared) and no plain line claims the step finished."""
+    from invoke import Exit
+
+    from ascend_images.cli import load_tasks
+    from ascend_images.errors import AscendImagesError
+
+    out = Terminal()
+
+    def body() -> None:
+        Steps("publish", total=2, stream=out).begin("push r/x:1")
+        assert console._drawing
+        raise AscendImagesError("registry gone")
+
+    with pytest.raises(Exit, match="error: registry gone"):
+        load_tasks()._run(body)
+    assert not console._drawing
+    assert "\x1b[?25h" in out.getvalue() and out.getvalue().endswith("\x1b[2K")
+    assert "publish 1/2 push r/x:1 (" not in out.getvalue()
