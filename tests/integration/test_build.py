@@ -53,6 +53,9 @@ def test_labels(docker_client, ci_builds):
             pins = variant.backend_pins
             version = {"none": variant.torch_npu, "vllm": getattr(pins, "vllm_ascend", None),
                        "sglang": getattr(pins, "sglang", None)}[variant.backend]
+            if variant.framework != "none":  # what the framework stage adds, over which backend
+                version = f"{variant.framework_pins.version}-{variant.backend}{version}"
+                assert labels["io.ascend-images.framework"] == variant.framework
             assert labels["org.opencontainers.image.version"] == version
             assert labels["org.opencontainers.image.created"]
             assert docker_client.images.get(top.tag).attrs["Architecture"] == variant.arch_spec.debian_arch

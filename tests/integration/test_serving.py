@@ -29,8 +29,10 @@ SERVE = ["python", "-m", "http.server", "8000", "--bind", "0.0.0.0", "--director
 @pytest.fixture(params=["sglang", "vllm"])
 def serving_image(request, docker_client, ci_images) -> str:
     """The CI image of the backend, by its label (not by its name)."""
+    # the backend's own image: a framework image (verl) over it carries the same backend label
     images = [tag for tag in ci_images
-              if docker_client.images.get(tag).labels.get(label("backend")) == request.param]
+              if docker_client.images.get(tag).labels.get(label("backend")) == request.param
+              and not docker_client.images.get(tag).labels.get(label("framework"))]
     assert len(images) == 1, f"one CI image of backend {request.param} expected: {ci_images}"
     return images[0]
 

@@ -4,6 +4,7 @@ sha256 as the index publishes it, and a verified download."""
 from __future__ import annotations
 
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -49,17 +50,32 @@ class _Links(HTMLParser):
                 self.links.append(href)
 
 
+# A lock asks the index for a page per package, many at once: a resolver or server hiccup ("Temporary failure in
+# name resolution", a 503) is retried with backoff before the index is called unreachable
+INDEX_ATTEMPTS = 3
+INDEX_BACKOFF = 1.0  # seconds before the 2nd attempt, doubled after
+
+
 def index_files(index_url: str, project: str, timeout: float = 60) -> list[IndexFile]:
     page = f"{index_url.rstrip('/')}/{normalize(project)}/"
-    try:
-        with urllib.request.urlopen(page, timeout=timeout) as response:
-            html = response.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        raise PackageIndexError(f"{page}: HTTP {exc.code} (is {project!r} on this index?)") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        host = urllib.parse.urlsplit(page).netloc or page
-        raise IndexUnreachableError(f"cannot reach the index at {host}: {getattr(exc, 'reason', exc)} "
-                                    f"(asked for {page})") from None
+    delay = INDEX_BACKOFF
+    for attempt in range(1, INDEX_ATTEMPTS + 1):
+        try:
+            with urllib.request.urlopen(page, timeout=timeout) as response:
+                html = response.read().decode("utf-8", "replace")
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 and exc.code != 429:
+                raise PackageIndexError(f"{page}: HTTP {exc.code} (is {project!r} on this index?)") from None
+            failure: object = f"HTTP {exc.code}"
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            failure = getattr(exc, "reason", exc)
+        if attempt == INDEX_ATTEMPTS:
+            host = urllib.parse.urlsplit(page).netloc or page
+            raise IndexUnreachableError(f"cannot reach the index at {host}: {failure} (asked for {page}; "
+                                        f"{attempt} attempts)") from None
+        time.sleep(delay)
+        delay *= 2
     parser = _Links()
     parser.feed(html)
     files = []
