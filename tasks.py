@@ -296,12 +296,16 @@ def test(c, device=None, backend=None, release=None, os=None, arch=None, python=
             "print": "print instead of running: the equivalent docker run line and a compose service (--format)",
             "format": "with --print: docker, compose, k8s (comma-separated; default docker,compose); k8s: a Pod "
                       "asking the Ascend device plugin for the NPUs",
-            "replicas": "with --print --format k8s: a Deployment of N (a number) pods instead of a Pod"},
+            "replicas": "with --print --format k8s: a Deployment of N (a number) pods instead of a Pod",
+            "build": "the selection's overlay (--env, --profile, --allocator) is not on this engine: build it over "
+                     "the image below (which must be) instead of refusing",
+            "namespace": "the namespace the selection's images were built under (default ascend-images)"},
       iterable=[*SELECTION_ITERABLE, "volume", "publish"])
 def run(c, device=None, backend=None, release=None, os=None, arch=None, python=None, profile=None, env=None,
         allocator=None, framework=None, matrix="matrix.yaml", image=None, devices="0", mode="manual", host_root="/",
         driver_mounts="auto", shm_size="16g", ipc_host=False, network_host=False, name=None, print=False,
-        volume=None, publish=None, detach=False, restart=None, workdir=None, format="docker,compose", replicas="0"):
+        volume=None, publish=None, detach=False, restart=None, workdir=None, format="docker,compose", replicas="0",
+        build=False, namespace=DEFAULT_NAMESPACE):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     from builtins import print as echo
 
@@ -311,8 +315,8 @@ def run(c, device=None, backend=None, release=None, os=None, arch=None, python=N
                 cli.RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name,
                              volumes=list(volume or []), publish=list(publish or []), detach=detach,
                              restart=restart, workdir=workdir, format=format,
-                             replicas=_number("--replicas", replicas, 0)), echo,
-                image=image, command=_command_after_dashes(c.remainder), print_only=print)
+                             replicas=_number("--replicas", replicas, 0), build=build), echo,
+                image=image, command=_command_after_dashes(c.remainder), print_only=print, namespace=namespace)
     if code:
         raise Exit(code=code)
 

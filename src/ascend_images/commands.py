@@ -27,7 +27,7 @@ from ascend_images.matrix.envs import effective_env
 from ascend_images.matrix.model import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides
 from ascend_images.matrix.rules import RULES, enforce, evaluate
 from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
-from ascend_images.stages.kinds import KINDS
+from ascend_images.stages.kinds import KINDS, overlay_suffix
 from ascend_images.stages.names import DEFAULT_NAMESPACE, TEST_DOUBLE_LABEL, image_tag, label
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
@@ -115,9 +115,9 @@ def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out
         out(f"{stage.kind:13} {stage.tag:80} {path}")
     for stage, ctx, _, _ in rendered:
         if ctx.get("lock", {}).get("missing"):
-            out(f"note: {stage.tag}: no fresh backend lock, a build would stop here: {ctx['lock']['missing']}")
+            note(f"note: {stage.tag}: no fresh backend lock, a build would stop here: {ctx['lock']['missing']}")
     if any("sha256-missing" in (out_dir / s.slug / "Dockerfile").read_text() for s in plan.stages):
-        out("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
+        note("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
             "(--checksums FILE, or --cann-dir/--artifacts-dir)")
     return plan
 
@@ -342,6 +342,9 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
                        "docker,compose)")
     if flags.format != RunFlags.format and not print_only:
         raise RunError(f"--format {flags.format} says what --print prints; add --print")
+    if flags.build and print_only:
+        raise RunError("--build and --print contradict each other: --print asks the engine nothing and builds "
+                       "nothing; leave one out")
     if flags.replicas < 0 or (flags.replicas and "k8s" not in formats):
         raise RunError(f"--replicas {flags.replicas}: a Deployment of N >= 1 pods, for --print --format k8s")
     matrix = sel.load()
@@ -349,7 +352,7 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     if image is not None and not image.strip():
         raise RunError("--image is empty: give an image reference (e.g. ascend/sglang:tag), or leave --image out "
                        "to run the selection's image")
-    requested = framework = None
+    requested = framework = overlay_of = None
     if image is None:
         variants = sel.variants(matrix)
         if len(variants) != 1:
@@ -357,9 +360,14 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         image, device = image_tag(variants[0], namespace), variants[0].device
         framework = variants[0].framework if variants[0].framework != "none" else None
         requested = image
+        overlay_of = variants[0] if overlay_suffix(variants[0]) else None
         if sel.env:
             # --env makes an overlay image of its own tag, not the selection's plain image: say which one runs
-            note(f"note: --env selects the overlay image {image}; built by: {build_command(sel)}")
+            note(f"note: --env selects the overlay image {image}; built by: {build_command(sel)}"
+                 + ("" if print_only else " (or add --build to build just the overlay here)"))
+    elif flags.build:
+        raise RunError("--build builds the selection's overlay (--env, --profile, --allocator); with --image REF "
+                       "there is nothing to build: leave one out")
     elif sel.device in matrix.spec.devices:  # --image REF --device a3: what the image is for, before any label
         device = sel.device
     spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
@@ -377,8 +385,11 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     client = None if print_only else connect()
     if client is not None:
         if not image_exists(client, image):
-            how = build_command(sel) if image == requested else "invoke build ... (the flags that made it)"
-            raise RunError(f"image {image} is not on this engine; build it first ({how}) or pull it")
+            if overlay_of is None or not flags.build:
+                how = build_command(sel) if image == requested else "invoke build ... (the flags that made it)"
+                hint = ", or add --build to build just its overlay over the image below" if overlay_of else ""
+                raise RunError(f"image {image} is not on this engine; build it first ({how}) or pull it{hint}")
+            build_overlay(client, overlay_of, namespace, sel)
         labels = client.images.get(image).labels or {}
         device = labels.get(label("device"), device)
         framework = labels.get(label("framework"), framework)
@@ -386,9 +397,8 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1,
                    framework=framework)
     check_device_indices(spec.devices, flags.devices, device, matrix)
-    for warning in check_spec(spec):
-        # printed: a comment, so the shell line, the compose file and the manifest still read as one
-        out(f"{'# ' if print_only else ''}warning: {warning}")
+    for warning in check_spec(spec):  # stderr: stdout stays the shell line, compose file or manifest alone
+        note(f"warning: {warning}")
     if print_only:
         printed = []
         if "docker" in formats:
@@ -406,6 +416,23 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     runtimes = set(client.info().get("Runtimes", {})) if client else None
     check_host(spec, runtimes)
     return run_container(client, spec, sys.stdout)
+
+
+def build_overlay(client, v: Variant, namespace: str, sel: Selection) -> None:
+    """`run --build`: the overlay alone, over the image below it on this engine (never the stages below: those
+    need the build's source flags)."""
+    from ascend_images.builder.build import Builder, BuildSettings, git_revision
+    from ascend_images.builder.engine import image_exists
+    from ascend_images.stages.plan import overlay_plan
+
+    sources = SourceFlags().sources(v.matrix, strict=False)
+    plan = overlay_plan(v, PlanOptions(sources.cann, namespace))
+    below = plan.stages[0].parent_ref
+    if not image_exists(client, below):
+        raise SelectionError(f"--build builds only the overlay, over {below}, which is not on this engine either; "
+                             f"build the whole image: {build_command(sel)}")
+    note(f"building the overlay {plan.stages[0].tag} over {below}")
+    Builder(client, BuildSettings(sources, revision=git_revision(PROJECT_ROOT)), out=note).build(plan)
 
 
 # --- invoke bench ----------------------------------------------------------------------------------

@@ -212,6 +212,9 @@ class RunFlags:
     # --print: what to print (comma-separated: docker, compose, k8s) and, for k8s, a Deployment of N replicas
     format: str = "docker,compose"
     replicas: int = 0
+    # the selection's overlay (--env, --profile, --allocator) missing on the engine: build it over the image below
+    # (which must be here) instead of refusing
+    build: bool = False
 
 
 @dataclass

@@ -175,3 +175,41 @@ def test_invoke_run_detached_with_a_read_only_volume_and_a_restart_policy(docker
     finally:
         for leftover in docker_client.containers.list(all=True, filters={"name": name}):
             leftover.remove(force=True)
+
+
+def test_run_build_makes_just_the_overlay_a_whole_build_would(docker_client, a3_image, fake_cann_dir,
+                                                               fake_artifacts_dir, build_secrets, work_dir, tmp_path):
+    """`run -e K=V` runs the overlay image of K=V: refused while the engine lacks it (saying --build would make
+    it), made by --build over the image below (nothing else built), and the very stage `invoke build` of the same
+    selection makes: a whole build afterwards reuses it by its content key."""
+    from ascend_images.stages.names import TEST_DOUBLE_LABEL
+    from tests.conftest import TEST_ARCH, TEST_NAMESPACE, build_ci_selection
+
+    probe = f"ASCEND_IMAGES_RUN_BUILD=x{uuid.uuid4().hex[:8]}"
+    selection = {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"}
+    flags = [f"--{k}={v}" for k, v in selection.items()]
+    args = [*flags, f"--arch={TEST_ARCH}", f"--namespace={TEST_NAMESPACE}", "-e", probe, "--devices", "0-1",
+            "--host-root", str(make_host(tmp_path, devices=(0, 1))), "--shm-size", "64m", "--",
+            "sh", "-c", "echo ran in $0"]
+    refused = subprocess.run(invoke_run(*args), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0, refused.stdout
+    assert "is not on this engine" in refused.stderr and "add --build" in refused.stderr, refused.stderr
+    overlay = None
+    try:
+        ran = subprocess.run(invoke_run("--build", *args), cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "ran in sh" in ran.stdout
+        building = next(line for line in ran.stderr.splitlines() if line.startswith("building the overlay "))
+        overlay, below = building.removeprefix("building the overlay ").split(" over ")
+        assert below == a3_image  # over the image already here, not a chain of its own
+        image = docker_client.images.get(overlay)
+        assert probe in image.attrs["Config"]["Env"]
+        assert image.labels.get(TEST_DOUBLE_LABEL)  # made from doubles below: never publishable either
+        plan, results = build_ci_selection({**selection, "env": [probe]}, fake_cann_dir, build_secrets, work_dir,
+                                           artifacts_dir=fake_artifacts_dir, jobs=1)
+        top = {r.tag: r for r in results}[plan.top(next(iter(plan.tops))).tag]
+        assert (top.tag, top.status) == (overlay, "reused")
+        assert all(r.status == "reused" for r in results)
+    finally:
+        if overlay:
+            docker_client.images.remove(overlay, force=True)

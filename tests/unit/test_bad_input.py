@@ -57,3 +57,14 @@ def test_broken_matrix_yaml_names_the_file_line_and_column(tmp_path):
     assert result.returncode == 2
     assert f"{broken}:3:2: not valid YAML: while parsing a flow sequence expected ',' or ']'" in result.stderr
     assert "<unicode string>" not in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--print", "--build", "--device", "a2", "-e", "X=1"), "error: --build and --print contradict each other"),
+    (("--build", "--image", "some/image:tag"), "error: --build builds the selection's overlay"),
+])
+def test_run_build_is_refused_where_there_is_nothing_to_build(args, message):
+    result = invoke("run", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(message), result.stderr
+    assert result.stdout == ""

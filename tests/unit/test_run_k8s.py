@@ -178,16 +178,19 @@ def test_run_image_prints_the_matrix_resource(device, tmp_path):
     assert container["args"] == ["python", "-m", "http.server", "8000"]
 
 
-def test_run_image_needs_a_device_for_an_image_ref():
+def test_run_image_needs_a_device_for_an_image_ref(capsys):
     sel = Selection(matrix=str(ROOT / "matrix.yaml"))
     with pytest.raises(RunError, match="--format k8s needs the device plugin's resource name"):
         printed(sel, RunFlags(format="k8s"), image="some/image:tag")
     manifest = yaml.safe_load(printed(Selection(matrix=str(ROOT / "matrix.yaml"), device="a3"),
                                       RunFlags(format="k8s"), image="some/image:tag"))
     assert pod_of(manifest)["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend910": 1}
-    # the warning (an A3 run on one NPU) is printed as a comment: the output stays one YAML document
-    assert "# warning: an a3 run with fewer than 2 devices" in printed(
-        Selection(matrix=str(ROOT / "matrix.yaml"), device="a3"), RunFlags(format="k8s"), image="some/image:tag")
+    capsys.readouterr()
+    # the warning (an A3 run on one NPU) goes to stderr: the output stays one YAML document
+    manifest_text = printed(Selection(matrix=str(ROOT / "matrix.yaml"), device="a3"), RunFlags(format="k8s"),
+                            image="some/image:tag")
+    assert "warning" not in manifest_text
+    assert "warning: an a3 run with fewer than 2 devices" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("flags", "message"), [

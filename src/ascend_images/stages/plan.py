@@ -1,7 +1,7 @@
 """A selection of variants becomes one plan: a list of stages, parents first, each built once.
 
 Which stages a variant has, and in what order, is the stage-kind table (stages/kinds.py, KINDS):
-    base -> cann-install -> cann -> torch [-> vllm | sglang] [-> overlay]
+    base -> cann-install -> cann -> torch [-> vllm | sglang [-> framework]] [-> overlay]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.sources import CannSource
 from ascend_images.matrix.model import Variant
-from ascend_images.stages.kinds import KINDS
+from ascend_images.stages.kinds import KINDS, overlay_suffix, top_kind
 from ascend_images.stages.names import check_namespace, stage_tag
 from ascend_images.stages.stage import Stage
 
@@ -65,3 +65,13 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
         tops[v] = parent
     # dict order is insertion order, and a parent is always added before its children
     return BuildPlan(list(stages.values()), tops, options)
+
+
+def overlay_plan(v: Variant, options: PlanOptions) -> BuildPlan:
+    """The overlay of `v` alone, FROM the image below it as an image already built: the same stage, context and
+    content key a whole plan gives it, so that `invoke build` later reuses what this builds."""
+    if not overlay_suffix(v):
+        raise ValueError(f"{v.name} has no overlay (no --env, non-default --profile or --allocator)")
+    stage = Stage("overlay", stage_tag("overlay", v, options.namespace), v, None,
+                  external_parent=stage_tag(top_kind(v), v, options.namespace), users=[v])
+    return BuildPlan([stage], {v: stage}, options)
