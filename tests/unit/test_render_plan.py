@@ -6,7 +6,7 @@ import pytest
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import select
-from ascend_images.stages.plan import PlanOptions, make_plan
+from ascend_images.stages.plan import PlanOptions, make_plan, overlay_plan
 from ascend_images.stages.render import Renderer, dockerfile_value
 
 from .helpers import ROOT
@@ -58,6 +58,29 @@ def test_overlay_only_for_nondefault_profile_or_env(matrix):
     assert plan.top(prod).kind == "torch"
     assert plan.top(debug).kind == "overlay" and plan.top(debug).tag.endswith("-debug")
     assert plan.top(debug).parent is plan.top(prod)
+
+
+def test_an_overlay_alone_is_the_whole_plans_overlay_over_an_image(matrix, tmp_path):
+    """`run --build`'s plan: one stage whose tag and rendered context are the whole plan's overlay, FROM the
+    image below by its tag (so the content key, which hashes both, is the same)."""
+    (v,) = select(matrix, device="a3", backend="sglang", release="cann8.5.0-pt2.8.0", arch="aarch64",
+                  framework="verl", profile="debug")
+    whole = make_plan([v], PlanOptions(url_sources().cann))
+    alone = overlay_plan(v, PlanOptions(url_sources().cann))
+    (stage,) = alone.stages
+    assert stage.tag.startswith("ascend-images/verl:") and stage.tag.endswith("-arm64-debug")
+    assert stage.parent is None and stage.parent_ref == stage.tag.removesuffix("-debug")
+    assert (stage.kind, stage.tag, stage.parent_ref) == ("overlay", whole.top(v).tag, whole.top(v).parent_ref)
+    renderer = Renderer()
+    texts = []
+    for name, one in (("whole", whole.top(v)), ("alone", stage)):
+        ctx, files = renderer.context(one, url_sources())
+        texts.append(sorted((f.relative_to(tmp_path / name).as_posix(), f.read_bytes())
+                            for f in renderer.write(one, tmp_path / name, ctx, files).rglob("*") if f.is_file()))
+    assert texts[0] == texts[1]
+    (plain,) = select(matrix, device="a3", backend="sglang", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    with pytest.raises(ValueError, match="has no overlay"):
+        overlay_plan(plain, PlanOptions(url_sources().cann))
 
 
 def test_render_a3_85_local(matrix, tmp_path):

@@ -113,7 +113,7 @@ class Renderer:
         if doubles:
             ctx["labels"][TEST_DOUBLE_LABEL] = ",".join(doubles)
         files: dict[str, bytes] = {}
-        if stage.parent is None:  # the first stage we build (base, or cann-install on an official image)
+        if stage.starts_chain:
             files.update(self._rootfs())
         kind.context(stage, sources, captured, ctx, files)
         return ctx, files

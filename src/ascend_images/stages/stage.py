@@ -10,12 +10,19 @@ from ascend_images.matrix.model import Variant
 
 @dataclass(eq=False)
 class Stage:
-    kind: str  # base | cann-install | cann | torch | vllm | sglang | overlay
+    kind: str  # base | cann-install | cann | torch | vllm | sglang | framework | overlay
     tag: str
     variant: Variant  # the first variant that needs it; every user shares the same facts
     parent: Stage | None
     external_parent: str | None = None  # an image we do not build (OS image, official CANN image)
     users: list[Variant] = field(default_factory=list)
+    # the external parent is a stage of ours built before (`run --build`'s overlay): the chain does not start here
+    over_built_stage: bool = False
+
+    @property
+    def starts_chain(self) -> bool:
+        """The first stage of ours in its image (base, or cann-install on an official image): it adds the rootfs."""
+        return self.parent is None and not self.over_built_stage
 
     @property
     def parent_ref(self) -> str:
