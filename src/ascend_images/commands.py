@@ -295,12 +295,14 @@ def check_device_indices(devices: tuple[int, ...], text: str, device: str | None
                        f"valid: indices 0-{limit - 1} (e.g. 0-1)")
 
 
-def build_command(sel: Selection) -> str:
-    """The `invoke build` line that makes the selection's image, flags as the user gave them."""
+def build_command(sel: Selection, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """The build line that makes the selection's image, flags as the user gave them, in the command the user
+    typed (`ascend-images` or `invoke`)."""
     import shlex
 
-    parts = ["invoke", "build"]
-    for flag in ("device", "backend", "release", "os", "arch", "python", "profile", "allocator"):
+    program = "ascend-images" if Path(sys.argv[0]).name == "ascend-images" else "invoke"
+    parts = [program, "build"]
+    for flag in ("device", "backend", "release", "os", "arch", "python", "profile", "allocator", "framework"):
         value = getattr(sel, flag)
         if value is not None:
             parts += [f"--{flag}", value]
@@ -308,6 +310,8 @@ def build_command(sel: Selection) -> str:
         parts += ["--env", item]
     if sel.matrix != "matrix.yaml":
         parts += ["--matrix", sel.matrix]
+    if namespace != DEFAULT_NAMESPACE:
+        parts += ["--namespace", namespace]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -363,7 +367,7 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         overlay_of = variants[0] if overlay_suffix(variants[0]) else None
         if sel.env:
             # --env makes an overlay image of its own tag, not the selection's plain image: say which one runs
-            note(f"note: --env selects the overlay image {image}; built by: {build_command(sel)}"
+            note(f"note: --env selects the overlay image {image}; built by: {build_command(sel, namespace)}"
                  + ("" if print_only else " (or add --build to build just the overlay here)"))
     elif flags.build:
         raise RunError("--build builds the selection's overlay (--env, --profile, --allocator); with --image REF "
@@ -386,7 +390,8 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     if client is not None:
         if not image_exists(client, image):
             if overlay_of is None or not flags.build:
-                how = build_command(sel) if image == requested else "invoke build ... (the flags that made it)"
+                how = (build_command(sel, namespace) if image == requested
+                       else "invoke build ... (the flags that made it)")
                 hint = ", or add --build to build just its overlay over the image below" if overlay_of else ""
                 raise RunError(f"image {image} is not on this engine; build it first ({how}) or pull it{hint}")
             build_overlay(client, overlay_of, namespace, sel)
@@ -430,7 +435,7 @@ def build_overlay(client, v: Variant, namespace: str, sel: Selection) -> None:
     below = plan.stages[0].parent_ref
     if not image_exists(client, below):
         raise SelectionError(f"--build builds only the overlay, over {below}, which is not on this engine either; "
-                             f"build the whole image: {build_command(sel)}")
+                             f"build the whole image: {build_command(sel, namespace)}")
     note(f"building the overlay {plan.stages[0].tag} over {below}")
     Builder(client, BuildSettings(sources, revision=git_revision(PROJECT_ROOT)), out=note).build(plan)
 

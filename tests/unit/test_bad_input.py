@@ -50,6 +50,16 @@ def test_run_env_says_which_overlay_image_runs_and_how_to_build_it():
     assert "note:" not in result.stdout
 
 
+def test_run_env_over_a_framework_names_the_build_that_makes_it():
+    result = invoke("run", "--print", "--format", "docker", "--device", "a3", "--backend", "vllm", "--framework",
+                    "verl", "--namespace", "team-x", "-e", "X=1")
+    assert result.returncode == 0, result.stderr
+    note = result.stderr.splitlines()[0]
+    assert note.startswith("note: --env selects the overlay image team-x/verl:0.9.1-vllm0.23.0-cann9.1.0-a3-"), note
+    assert note.endswith("; built by: invoke build --device a3 --backend vllm --framework verl --env X=1 "
+                         "--namespace team-x"), note
+
+
 def test_broken_matrix_yaml_names_the_file_line_and_column(tmp_path):
     broken = tmp_path / "matrix.yaml"
     broken.write_text("a: 1\nb: [1, 2\nc: 3\n", encoding="utf-8")  # the flow list is never closed

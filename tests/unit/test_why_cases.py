@@ -77,7 +77,7 @@ CASES: list[tuple[str, str, int, Check]] = [
      refused("error: --check and --update contradict each other")),
     ("run-env-names-the-overlay", "ascend-images run --print --format docker --device a2 -e X=1", 0,
      says("stderr", "note: --env selects the overlay image ascend-images/", "-env",
-          "; built by: invoke build --device a2 --env X=1")),
+          "; built by: ascend-images build --device a2 --env X=1")),
     ("broken-matrix-yaml", "ascend-images env --matrix {broken}", 2, names_the_file_line_and_column),
     ("lock-check-clean-checkout", "ascend-images lock --check", 0, lock_check_passes),
     ("mistyped-task", "ascend-images biuld", 1,
