@@ -27,8 +27,8 @@ from ascend_images.matrix.envs import effective_env
 from ascend_images.matrix.model import Matrix, Variant, all_variants, choices, load_matrix, parse_env_overrides
 from ascend_images.matrix.rules import RULES, enforce, evaluate
 from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
-from ascend_images.stages.kinds import KINDS, overlay_suffix
-from ascend_images.stages.names import DEFAULT_NAMESPACE, TEST_DOUBLE_LABEL, image_tag, label
+from ascend_images.stages.kinds import KINDS, overlay_suffix, top_kind
+from ascend_images.stages.names import DEFAULT_NAMESPACE, TEST_DOUBLE_LABEL, image_tag, label, stage_tag
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
 
@@ -431,11 +431,12 @@ def build_overlay(client, v: Variant, namespace: str, sel: Selection) -> None:
     from ascend_images.stages.plan import overlay_plan
 
     sources = SourceFlags().sources(v.matrix, strict=False)
-    plan = overlay_plan(v, PlanOptions(sources.cann, namespace))
-    below = plan.stages[0].parent_ref
+    below = stage_tag(top_kind(v), v, namespace)
     if not image_exists(client, below):
         raise SelectionError(f"--build builds only the overlay, over {below}, which is not on this engine either; "
                              f"build the whole image: {build_command(sel, namespace)}")
+    doubles = (client.images.get(below).labels or {}).get(TEST_DOUBLE_LABEL, "")
+    plan = overlay_plan(v, PlanOptions(sources.cann, namespace), tuple(d for d in doubles.split(",") if d))
     note(f"building the overlay {plan.stages[0].tag} over {below}")
     Builder(client, BuildSettings(sources, revision=git_revision(PROJECT_ROOT)), out=note).build(plan)
 

@@ -67,11 +67,13 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
     return BuildPlan(list(stages.values()), tops, options)
 
 
-def overlay_plan(v: Variant, options: PlanOptions) -> BuildPlan:
-    """The overlay of `v` alone, FROM the image below it as an image already built: the same stage, context and
-    content key a whole plan gives it, so that `invoke build` later reuses what this builds."""
+def overlay_plan(v: Variant, options: PlanOptions, parent_doubles: tuple[str, ...] = ()) -> BuildPlan:
+    """The overlay of `v` alone, FROM the image below it as an image already built (whose test-double label is
+    `parent_doubles`): the same stage, context and content key a whole plan gives it, so that `invoke build` later
+    reuses what this builds."""
     if not overlay_suffix(v):
         raise ValueError(f"{v.name} has no overlay (no --env, non-default --profile or --allocator)")
     stage = Stage("overlay", stage_tag("overlay", v, options.namespace), v, None,
-                  external_parent=stage_tag(top_kind(v), v, options.namespace), users=[v], over_built_stage=True)
+                  external_parent=stage_tag(top_kind(v), v, options.namespace), users=[v], over_built_stage=True,
+                  parent_doubles=parent_doubles)
     return BuildPlan([stage], {v: stage}, options)

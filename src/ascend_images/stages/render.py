@@ -109,7 +109,7 @@ class Renderer:
             "user_env": bool(v.user_env),
             "allocator": None,
         }
-        doubles = test_doubles(stage, sources)
+        doubles = list(stage.parent_doubles) if stage.parent_doubles is not None else test_doubles(stage, sources)
         if doubles:
             ctx["labels"][TEST_DOUBLE_LABEL] = ",".join(doubles)
         files: dict[str, bytes] = {}

@@ -18,6 +18,8 @@ class Stage:
     users: list[Variant] = field(default_factory=list)
     # the external parent is a stage of ours built before (`run --build`'s overlay): the chain does not start here
     over_built_stage: bool = False
+    # and that image's test-double label, which such a stage repeats (the sources that made it are not known here)
+    parent_doubles: tuple[str, ...] | None = None
 
     @property
     def starts_chain(self) -> bool:
