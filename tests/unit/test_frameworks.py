@@ -163,9 +163,11 @@ def test_a_multi_node_framework_job_passes_rays_variables_and_asks_for_host_netw
     assert result.returncode == 0, result.stderr
     for name, value in head.items():
         assert f"-e {name}={value}" in result.stdout, result.stdout
-    assert "forms a Ray cluster" in result.stdout and "--network-host" in result.stdout
+    # the warning on stderr: stdout stays the docker line alone
+    assert "forms a Ray cluster" in result.stderr and "--network-host" in result.stderr, result.stderr
+    assert "warning" not in result.stdout
     result = _run_print("--format", "k8s", "--network-host", **head)
-    assert result.returncode == 0 and "forms a Ray cluster" not in result.stdout, result.stdout
+    assert result.returncode == 0 and "forms a Ray cluster" not in result.stderr, result.stderr
     assert "hostNetwork: true" in result.stdout
     # one node: no cluster to reach
-    assert "forms a Ray cluster" not in _run_print("--format", "docker").stdout
+    assert "forms a Ray cluster" not in _run_print("--format", "docker").stderr
