@@ -74,6 +74,6 @@ def overlay_plan(v: Variant, options: PlanOptions, parent_doubles: tuple[str, ..
     if not overlay_suffix(v):
         raise ValueError(f"{v.name} has no overlay (no --env, non-default --profile or --allocator)")
     stage = Stage("overlay", stage_tag("overlay", v, options.namespace), v, None,
-                  external_parent=stage_tag(top_kind(v), v, options.namespace), users=[v], over_built_stage=True,
+                  external_parent=stage_tag(top_kind(v), v, options.namespace), users=[v],
                   parent_doubles=parent_doubles)
     return BuildPlan([stage], {v: stage}, options)

@@ -16,15 +16,14 @@ class Stage:
     parent: Stage | None
     external_parent: str | None = None  # an image we do not build (OS image, official CANN image)
     users: list[Variant] = field(default_factory=list)
-    # the external parent is a stage of ours built before (`run --build`'s overlay): the chain does not start here
-    over_built_stage: bool = False
-    # and that image's test-double label, which such a stage repeats (the sources that made it are not known here)
+    # set only when the external parent is a stage of ours built before (`run --build`'s overlay): that image's
+    # test-double label, which this stage repeats (the sources that made it are not known here)
     parent_doubles: tuple[str, ...] | None = None
 
     @property
     def starts_chain(self) -> bool:
         """The first stage of ours in its image (base, or cann-install on an official image): it adds the rootfs."""
-        return self.parent is None and not self.over_built_stage
+        return self.parent is None and self.parent_doubles is None
 
     @property
     def parent_ref(self) -> str:
