@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a Debian/Ubuntu build host from nothing: Docker engine, debootstrap, arm64 emulation, the
-# project and its test tools, and the local OS base images. Safe to run again: it skips what is done.
+# project and its test tools in a venv of its own (scripts/setup-venv.sh), and the local OS base images. Safe to run
+# again: it skips what is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log_dir=build/logs
@@ -22,6 +23,8 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get install -y -qq "${need[@]}" >>"$log_dir/apt.log" 2>&1 || { tail -20 "$log_dir/apt.log"; exit 1; }
 fi
 
+bash scripts/setup-venv.sh
+
 # arm64 images build under emulation: binfmt_misc must be mounted and qemu-aarch64 registered
 if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
   mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
@@ -42,7 +45,7 @@ fi
 # registered it here; take that back.
 if [ -f /etc/docker/daemon.json ] && grep -q 'ascend-images-test/ascend-runtime' /etc/docker/daemon.json; then
   step "unregistering the test-double 'ascend' runtime an earlier setup registered"
-  python3 - <<'PY'
+  .venv/bin/python - <<'PY'
 import json, pathlib
 path = pathlib.Path("/etc/docker/daemon.json")
 config = json.loads(path.read_text())
@@ -61,15 +64,12 @@ PY
   rm -f /usr/local/libexec/ascend-images-test/ascend-runtime
 fi
 
-step "pip install -e .[test,lint]"
-python3 -m pip install -q --disable-pip-version-check -e ".[test,lint]" >"$log_dir/pip.log" 2>&1 \
-  || { tail -20 "$log_dir/pip.log"; exit 1; }
 
 for arch in ${ASCEND_IMAGES_OS_ARCHES:-aarch64}; do
   docker_arch=$([ "$arch" = aarch64 ] && echo arm64 || echo amd64)
   if ! docker image inspect "ascend-images/os:debian12-$docker_arch" >/dev/null 2>&1; then
     step "invoke os-image --os debian12 --arch $arch"
-    invoke os-image --os debian12 --arch "$arch"
+    .venv/bin/invoke os-image --os debian12 --arch "$arch"
   fi
 done
-step "ready: $(docker version --format '{{.Server.Version}}') engine, $(python3 --version)"
+step "ready: $(docker version --format '{{.Server.Version}}') engine, $(.venv/bin/python --version) in .venv"

@@ -46,6 +46,14 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path_factory, monkeypatch) -> Path:
+    """Each test's own state directory (the trust record lives there): a test never reads or writes this host's."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("ASCEND_IMAGES_STATE", str(state))
+    return state
+
+
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
     return load_matrix(ROOT / "matrix.yaml")
@@ -134,9 +142,10 @@ def _rank(group: str, fixturenames: set[str]) -> int:
     return 2 if "os_image" in fixturenames else 1
 
 
-# tryfirst: xdist's worker turns the xdist_group marks into node ids (`...@group`) in its own
-# pytest_collection_modifyitems, which pluggy would otherwise call before this one, while no test has a mark yet
-@pytest.hookimpl(tryfirst=True)
+# A wrapper, so the marks are set before every other implementation runs: xdist's worker turns the xdist_group marks
+# into node ids (`...@group`) in its own pytest_collection_modifyitems, and with no mark yet every test goes to
+# whichever worker is free.
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     groups = {item: _group(item) for item in items}
     rank: dict[str, int] = {}
@@ -144,6 +153,7 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(group))
         rank[group] = max(rank.get(group, 0), _rank(group, set(item.fixturenames)))
     items.sort(key=lambda item: rank[groups[item]])  # stable: pytest's own order is kept within a group
+    return (yield)
 
 
 @pytest.fixture(scope="session")
@@ -201,7 +211,7 @@ def debian12_os_image(docker_client, arch: str) -> str:
     """The debootstrap OS image for `arch`, made once even when two xdist workers ask at the same moment."""
     from ascend_images.builder.claims import claim, claims_dir
     from ascend_images.builder.engine import image_exists
-    from ascend_images.commands import make_os_image
+    from ascend_images.cli.build import make_os_image
     from ascend_images.inputs.osimage import local_os_image
 
     tag = local_os_image("debian12", {"aarch64": "arm64", "x86_64": "amd64"}[arch])
@@ -219,14 +229,15 @@ def os_image(docker_client) -> str:
 
 def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print,
                        artifacts_dir: Path | None = None, jobs: int = 2, namespace: str = TEST_NAMESPACE):
-    from ascend_images import commands as cli
+    from ascend_images.cli.build import build_selection
+    from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 
-    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **selection)
-    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir),
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **selection)
+    flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir),
                             artifacts_dir=str(artifacts_dir) if artifacts_dir else None)
-    inputs = cli.InputFlags(ca_bundle=str(secrets["ca"]), netrc=str(secrets["netrc"]))
+    inputs = InputFlags(ca_bundle=str(secrets["ca"]), netrc=str(secrets["netrc"]))
     # two stages at once by default: an emulated build keeps one core busy, and this machine has two
-    return cli.build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=namespace, jobs=jobs)
+    return build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=namespace, jobs=jobs)
 
 
 def live_output(config):

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from ascend_images import commands as cli
+from ascend_images.cli.options import Selection
+from ascend_images.cli.release import publish_selection, verify_image
 from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE, remove_tags
 from tests.image.conftest import ci_image_tags
 
@@ -49,8 +50,8 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
-    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, device="a3", backend="none")
-    report = cli.publish(sel, [].append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, device="a3", backend="none")
+    report = publish_selection(sel, [].append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
                          report_path=tmp_path / "report.json", allow_test_double=True)
     ((ref, attached),) = report["attestations"].items()
     digest = report["tags"][ref]
@@ -109,7 +110,7 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
     assert "FAIL  test double: built from cann test doubles" in verify.stdout
     assert "read from the registry" in verify.stdout
     # publishing again attaches nothing twice
-    again = cli.publish(sel, [].append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+    again = publish_selection(sel, [].append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
                         report_path=tmp_path / "again.json", allow_test_double=True)
     assert again["attestations"][ref] == attached
     assert len(oras_documents(registry.host, repo, digest)) == 2
@@ -125,10 +126,10 @@ def test_verify_names_a_replaced_package(docker_client, ci_builds, tmp_path):
     docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
     try:
         lines: list[str] = []
-        assert cli.verify_image(tag, lines.append) == 1
+        assert verify_image(tag, lines.append) == 1
         assert "FAIL  lock: six==1.17.0 is locked, the SBOM has six 1.16.0" in lines, lines
         built: list[str] = []
-        cli.verify_image(image, built.append)
+        verify_image(image, built.append)
         assert not [line for line in built if line.startswith("FAIL  lock:")], built
         assert "FAIL  test double: built from cann,sgl-kernel-npu,off-pypi-wheels test doubles, never to be used" \
             in built

@@ -9,7 +9,8 @@ import tarfile
 
 import pytest
 
-from ascend_images import commands as cli
+from ascend_images.cli.build import build_selection
+from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 from ascend_images.errors import BuildError
 from tests.conftest import CI_SELECTIONS, LEAK_MARKER_PREFIX, TEST_ARCH, TEST_NAMESPACE, build_ci_selection
 from tests.fixtures.matrices import matrix_copy
@@ -174,12 +175,12 @@ def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_
         data["releases"]["cann8.5.0-pt2.8.0"]["torch_npu"] = "2.8.0.post99"
 
     broken = matrix_copy(tmp_path, unreleased_torch_npu)
-    sel = cli.Selection(matrix=str(broken), device="a3", backend="none", release="cann8.5.0-pt2.8.0",
+    sel = Selection(matrix=str(broken), device="a3", backend="none", release="cann8.5.0-pt2.8.0",
                         arch=TEST_ARCH)
     lines: list[str] = []
     with pytest.raises(BuildError) as err:
-        cli.build_selection(sel, cli.SourceFlags(cann_dir=str(fake_cann_dir)),
-                            cli.InputFlags(ca_bundle=str(build_secrets["ca"])), lines.append,
+        build_selection(sel, SourceFlags(cann_dir=str(fake_cann_dir)),
+                            InputFlags(ca_bundle=str(build_secrets["ca"])), lines.append,
                             work_dir=work_dir, namespace=TEST_NAMESPACE)
     text = str(err.value)
     assert "[4/4 torch]" in text and "failed at step" in text
@@ -201,13 +202,13 @@ def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fa
 
     matrix_copy(tmp_path, other_triton, locks=True)
     lines: list[str] = []
-    sel = cli.Selection(matrix=str(tmp_path / "matrix.yaml"), device="a3", backend="vllm",
+    sel = Selection(matrix=str(tmp_path / "matrix.yaml"), device="a3", backend="vllm",
                         release="cann8.5.0-pt2.8.0", arch=TEST_ARCH)
-    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir))
-    inputs = cli.InputFlags(ca_bundle=str(build_secrets["ca"]))
+    flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir))
+    inputs = InputFlags(ca_bundle=str(build_secrets["ca"]))
     namespace = "ascend-images-stale-lock-test"
     with pytest.raises(LockError, match=r"vllm-aarch64.txt is stale.*invoke lock --release cann8.5.0-pt2.8.0"):
-        cli.build_selection(sel, flags, inputs, lines.append, work_dir=tmp_path, namespace=namespace)
+        build_selection(sel, flags, inputs, lines.append, work_dir=tmp_path, namespace=namespace)
     assert not [line for line in lines if "building" in line or "reused" in line], lines
     assert docker_client.images.list(name=f"{namespace}/*") == []
 

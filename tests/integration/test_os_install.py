@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from ascend_images.builder.buildserver import BuildServer
-from ascend_images.flags import InputFlags
+from ascend_images.cli.options import InputFlags
 from tests.conftest import ROOT
 from tests.fixtures.private_mirror import PrivateMirror
 

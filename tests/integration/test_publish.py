@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from ascend_images import commands as cli
+from ascend_images.cli.options import Selection
+from ascend_images.cli.release import publish_selection, verify_image
 from ascend_images.release.publish import PublishError
 from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError
 from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
@@ -20,9 +21,9 @@ SELECTION = {"device": "a2,a3", "backend": "none"}
 
 def publish(registry, lines, **kwargs):
     """The CI images are built from the fake CANN, so these tests opt in with allow_test_double."""
-    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
     kwargs.setdefault("allow_test_double", True)
-    return cli.publish(sel, lines.append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+    return publish_selection(sel, lines.append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
                        report_path=registry.root / "report.json", **kwargs)
 
 
@@ -63,8 +64,8 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
         def publish_with(pins: dict) -> dict:
             path = matrix_copy(tmp_path / str(len(pins)), locks=True)
             (path.parent / "pins.yaml").write_text(yaml.safe_dump({"pins": pins}))
-            sel = cli.Selection(matrix=str(path), arch=TEST_ARCH, device="a3", backend="none")
-            return cli.publish(sel, [].append, registry=f"{registry.host}/ascend", namespace=namespace,
+            sel = Selection(matrix=str(path), arch=TEST_ARCH, device="a3", backend="none")
+            return publish_selection(sel, [].append, registry=f"{registry.host}/ascend", namespace=namespace,
                                report_path=tmp_path / "report.json")
 
         with pytest.raises(PublishError) as caught:
@@ -85,7 +86,7 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
         # read from the registry, not made from a local image: the engine keeps no tag of it
         remove_tags(docker_client, f"{namespace}/")
         remove_tags(docker_client, f"{registry.host}/", noprune=True)
-        assert cli.verify_image(f"{registry.host}/{ref.split('/', 1)[1]}", lines.append, matrix=pinned_matrix) == 0, \
+        assert verify_image(f"{registry.host}/{ref.split('/', 1)[1]}", lines.append, matrix=pinned_matrix) == 0, \
             lines
         assert lines[-1].endswith("0 finding(s) (SBOM and provenance read from the registry)")
     finally:
@@ -181,22 +182,22 @@ def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_bu
     credentials stop before anything is pushed, with a message that says what to do."""
     from tests.conftest import AUTH_PASSWORD, AUTH_USER
 
-    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
     kwargs = {"registry": f"{auth_registry.host}/ascend", "namespace": TEST_NAMESPACE,
               "report_path": auth_registry.root / "report.json", "allow_test_double": True}
     lines: list[str] = []
     monkeypatch.delenv("ASCEND_IMAGES_REGISTRY_USER", raising=False)
     monkeypatch.delenv("ASCEND_IMAGES_REGISTRY_PASSWORD", raising=False)
     with pytest.raises(RegistryError, match=r"asks for credentials and none are configured.*docker login"):
-        cli.publish(sel, lines.append, **kwargs)
+        publish_selection(sel, lines.append, **kwargs)
     monkeypatch.setenv("ASCEND_IMAGES_REGISTRY_USER", AUTH_USER)
     monkeypatch.setenv("ASCEND_IMAGES_REGISTRY_PASSWORD", "wrong")
     with pytest.raises(RegistryError, match="refused the credentials given"):
-        cli.publish(sel, lines.append, **kwargs)
+        publish_selection(sel, lines.append, **kwargs)
     assert json.loads(auth_registry.get("_catalog"))["repositories"] == []  # nothing pushed
     monkeypatch.setenv("ASCEND_IMAGES_REGISTRY_PASSWORD", AUTH_PASSWORD)
-    cli.publish(sel, lines.append, only="arch", **kwargs)  # through the engine
-    report = cli.publish(sel, lines.append, only="lists", **kwargs)  # through the registry API
+    publish_selection(sel, lines.append, only="arch", **kwargs)  # through the engine
+    report = publish_selection(sel, lines.append, only="lists", **kwargs)  # through the registry API
     lists = [ref for ref in report["tags"] if ref.endswith("-py3.11")]
     assert len(lists) == 2, report
     client = RegistryClient(auth_registry.host)  # authenticates with the environment's credentials

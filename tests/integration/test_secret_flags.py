@@ -80,7 +80,8 @@ def scan_stream(stream, markers: dict[str, str]) -> list[str]:
 def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker_client, x86_matrix, fake_cann_both,
                                                                           os_image_amd64, work_dir, tmp_path, markers,
                                                                           mirrors, namespace):
-    from ascend_images import commands as cli
+    from ascend_images.cli.build import build_selection
+    from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 
     secrets = tmp_path / "secrets"
     secrets.mkdir()
@@ -89,16 +90,16 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
     matrix = with_own_cann_stages(x86_matrix, tmp_path / "matrix")
     build_dir = tmp_path / "work"
 
-    sel = cli.Selection(matrix=str(matrix), device="a2", backend="none", release=X86_RELEASE, arch="x86_64",
+    sel = Selection(matrix=str(matrix), device="a2", backend="none", release=X86_RELEASE, arch="x86_64",
                         allocator="jemalloc")
-    flags = cli.SourceFlags(cann_source="local", cann_dir=str(fake_cann_both),
+    flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_both),
                             torch_index_url=mirrors["torch-index-url"].url("/simple/"))
-    inputs = cli.InputFlags(os_mirror=mirrors["os-mirror"].url("/debian"),
+    inputs = InputFlags(os_mirror=mirrors["os-mirror"].url("/debian"),
                             pip_index_url=mirrors["pip-index-url"].url("/pypi/simple/"),
                             pip_extra_index_url=[mirrors["pip-extra-index-url"].url("/simple/")],
                             ca_bundle=str(secrets / "ca.pem"), netrc=str(secrets / "netrc"))
     lines: list[str] = []
-    plan, results = cli.build_selection(sel, flags, inputs, lines.append, work_dir=build_dir, namespace=namespace,
+    plan, results = build_selection(sel, flags, inputs, lines.append, work_dir=build_dir, namespace=namespace,
                                         force=True)
     output = "\n".join(lines)
     assert [r.status for r in results] == ["built"] * len(plan.stages), output

@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 
-from ascend_images import commands as cli
+from ascend_images.cli.options import RunFlags, Selection
+from ascend_images.cli.run import run_image
 from ascend_images.stages.names import label
 from tests.conftest import ROOT, TEST_NAMESPACE
 from tests.unit.test_run import make_host, needs_root
@@ -68,12 +69,12 @@ def test_serves_a_read_only_mount_on_a_published_port(docker_client, serving_ima
     (models / "token.txt").write_text(token)
     port = free_port()
     name = f"ascend-images-test-serve-{uuid.uuid4().hex[:8]}"
-    flags = cli.RunFlags(devices="0-1", host_root=str(root), shm_size="64m", name=name, detach=True,
+    flags = RunFlags(devices="0-1", host_root=str(root), shm_size="64m", name=name, detach=True,
                          restart="on-failure:2", volumes=[f"{models}:/models:ro"],
                          publish=[f"127.0.0.1:{port}:8000"], workdir="/models")
     printed: list[str] = []
     try:
-        code = cli.run_image(cli.Selection(matrix=str(ROOT / "matrix.yaml")), flags, printed.append,
+        code = run_image(Selection(matrix=str(ROOT / "matrix.yaml")), flags, printed.append,
                              image=serving_image, command=SERVE, namespace=TEST_NAMESPACE)
         assert code == 0, printed  # detached: it returns once the container runs
         container = docker_client.containers.get(name)

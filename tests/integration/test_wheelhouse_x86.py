@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images import commands as cli
+from ascend_images.cli.build import build_selection
+from ascend_images.cli.options import InputFlags, Selection, SourceFlags
+from ascend_images.cli.release import publish_selection
 from tests.conftest import TEST_NAMESPACE, TORCH_WHEEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -22,12 +24,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 def two_arch_build(docker_client, x86_matrix, wheelhouse, build_secrets, work_dir, os_image, os_image_amd64,
                    fake_cann_both):
     cann = fake_cann_both
-    sel = cli.Selection(matrix=str(x86_matrix), device="a3", backend="none", release="test-wheelhouse",
+    sel = Selection(matrix=str(x86_matrix), device="a3", backend="none", release="test-wheelhouse",
                         arch="x86_64,aarch64")
     lines: list[str] = []
-    plan, results = cli.build_selection(
-        sel, cli.SourceFlags(cann_dir=str(cann), torch_index_url=""),
-        cli.InputFlags(wheelhouse=str(wheelhouse), ca_bundle=str(build_secrets["ca"])), lines.append,
+    plan, results = build_selection(
+        sel, SourceFlags(cann_dir=str(cann), torch_index_url=""),
+        InputFlags(wheelhouse=str(wheelhouse), ca_bundle=str(build_secrets["ca"])), lines.append,
         work_dir=work_dir, namespace=TEST_NAMESPACE)
     return sel, plan, results
 
@@ -60,11 +62,11 @@ def test_two_arch_variant_publishes_one_list_with_both_platforms(docker_client, 
     lines: list[str] = []
     kwargs = {"registry": f"{registry.host}/ascend", "namespace": TEST_NAMESPACE,
               "report_path": registry.root / "report.json", "allow_test_double": True}
-    cli.publish(replace(sel, arch="x86_64"), lines.append, only="arch", **kwargs)
+    publish_selection(replace(sel, arch="x86_64"), lines.append, only="arch", **kwargs)
     with pytest.raises(PublishError, match=r"(?s)per-arch images missing from the registry.*arm64"):
-        cli.publish(sel, lines.append, only="lists", **kwargs)  # never a list with a platform missing
-    cli.publish(replace(sel, arch="aarch64"), lines.append, only="arch", **kwargs)
-    report = cli.publish(sel, lines.append, only="lists", **kwargs)
+        publish_selection(sel, lines.append, only="lists", **kwargs)  # never a list with a platform missing
+    publish_selection(replace(sel, arch="aarch64"), lines.append, only="arch", **kwargs)
+    report = publish_selection(sel, lines.append, only="lists", **kwargs)
     (list_ref,) = [r for r in report["tags"] if r.endswith("-py3.11")]
     repo, tag = list_ref.split("/", 1)[1].rsplit(":", 1)
     listed = RegistryClient(registry.host).manifest(repo, tag)

@@ -3,7 +3,7 @@ from typing import ClassVar
 
 import pytest
 
-from ascend_images.bench import TARGETS, table, verdicts
+from ascend_images.bench.run import TARGETS, table, verdicts
 from ascend_images.console import Steps
 from tests.conftest import ROOT
 
@@ -52,7 +52,8 @@ def test_each_variant_alone_is_built_under_tags_of_its_own():
     and the no-op rebuild that follows would rebuild every child of them (it did: the vLLM stage, 12 min)."""
     from types import SimpleNamespace
 
-    from ascend_images.bench import BenchSetup, _plan, alone_namespace
+    from ascend_images.bench.run import _plan, alone_namespace
+    from ascend_images.bench.setup import BenchSetup
     from ascend_images.inputs.sources import CannSource
 
     settings = SimpleNamespace(sources=SimpleNamespace(cann=CannSource("url", strict=False)))
@@ -71,7 +72,7 @@ def test_each_variant_alone_is_built_under_tags_of_its_own():
 def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
     """The incremental step's matrix (one env default changed) lives in a directory of its own; a backend variant
     of it must still find its lock (the first A3 vLLM + SGLang bench stopped there: no lock beside the copy)."""
-    from ascend_images.bench import matrix_with_env_default
+    from ascend_images.bench.run import matrix_with_env_default
     from ascend_images.inputs.lockfile import load_lock
     from ascend_images.matrix.envs import effective_env
     from ascend_images.matrix.model import load_matrix, select
@@ -185,8 +186,9 @@ def fake_bench(monkeypatch, tmp_path):
     the fleet engine 30 s and pulls every stage, any other build 6 s and reuses every stage."""
     from types import SimpleNamespace
 
-    import ascend_images.bench as bench
-    import ascend_images.bench_fleet as bench_fleet
+    import ascend_images.bench.fleet as bench_fleet
+    import ascend_images.bench.run as bench
+    from ascend_images.bench.setup import STEPS, BenchSetup
     from ascend_images.builder.build import BuildSettings, StageResult
     from ascend_images.inputs.sources import CannSource
 
@@ -232,9 +234,9 @@ def fake_bench(monkeypatch, tmp_path):
         sources = SimpleNamespace(cann=CannSource("url", strict=False), artifacts=SimpleNamespace(test_double=False))
         settings = BuildSettings(sources, work_dir=tmp_path / "build")  # type: ignore[arg-type]
         selection = {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "arch": "aarch64"}
-        return bench.BenchSetup(state.host_client, settings, ROOT / "matrix.yaml", selection, {},
+        return BenchSetup(state.host_client, settings, ROOT / "matrix.yaml", selection, {},
                                 "ascend-images-bench", lines.append,
-                                **{"steps": Steps("bench", bench.STEPS, stream=state.progress), **over})
+                                **{"steps": Steps("bench", STEPS, stream=state.progress), **over})
 
     state.progress = io.StringIO()  # the steps' lines (stderr in a real run)
     state.setup = setup
@@ -242,7 +244,7 @@ def fake_bench(monkeypatch, tmp_path):
 
 
 def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
-    from ascend_images.bench import run_bench
+    from ascend_images.bench.run import run_bench
 
     result = run_bench(fake_bench.setup(), runs=1, measure_alone=False)
     assert not FakeEngine.made and not fake_bench.loaded
@@ -258,8 +260,8 @@ def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
 def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
     """Only the cold build of the selection pushes to the cache; the fleet build runs the same plan on the second
     engine with the cache, after only the OS image was loaded there; the engine is stopped afterwards."""
-    from ascend_images.bench import run_bench, table
-    from ascend_images.bench_fleet import fleet_inputs
+    from ascend_images.bench.fleet import fleet_inputs
+    from ascend_images.bench.run import run_bench, table
 
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
     cold, *rest = fake_bench.builders
@@ -282,7 +284,7 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
 
 
 def test_a_failed_fleet_build_is_a_finding_and_the_engine_still_goes(fake_bench):
-    from ascend_images.bench import run_bench
+    from ascend_images.bench.run import run_bench
     from ascend_images.errors import BuildError
 
     fake_bench.fail = BuildError("[1/4 base] x failed at step 3")
@@ -297,7 +299,7 @@ def test_a_failed_fleet_build_is_a_finding_and_the_engine_still_goes(fake_bench)
 def test_a_fleet_engine_of_ones_own_is_left_as_it_was(fake_bench):
     """--fleet-engine: no scratch engine; what the phase put there (the OS image, the pulled stages and their cache
     tags) is removed afterwards, what the engine held before stays."""
-    from ascend_images.bench import run_bench
+    from ascend_images.bench.run import run_bench
 
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache", fleet_engine="tcp://fleet:2375"),
                        runs=1, measure_alone=False)
@@ -310,8 +312,8 @@ def test_a_fleet_engine_of_ones_own_is_left_as_it_was(fake_bench):
 def test_what_would_stop_the_fleet_phase_stops_the_bench_before_the_cold_build(fake_bench, monkeypatch, tmp_path):
     import os
 
-    import ascend_images.bench as bench
-    import ascend_images.bench_fleet as bench_fleet
+    import ascend_images.bench.fleet as bench_fleet
+    import ascend_images.bench.run as bench
     from ascend_images.builder import scratch_engine
     from ascend_images.builder.scratch_engine import ScratchEngineError
     from ascend_images.errors import SelectionError

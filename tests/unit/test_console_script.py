@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.cli import git_commit
+from ascend_images.checkout import describe as git_commit
 
 from .helpers import ROOT
 
@@ -58,15 +58,21 @@ def test_commit_is_dirty_only_with_changed_tracked_files_and_unknown_outside_git
 
 
 def test_a_copy_without_its_checkout_says_how_to_install(tmp_path):
-    """What a non-editable install looks like: the package with no tasks.py two levels up."""
+    """What a non-editable install looks like: the package with no images/ two levels up. --version still answers;
+    everything else is refused at the start, in one line saying how to install."""
     shutil.copytree(ROOT / "src" / "ascend_images", tmp_path / "site" / "ascend_images",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    result = subprocess.run([sys.executable, "-m", "ascend_images.cli", "--list"], cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 1
-    assert f"there is no {tmp_path / 'tasks.py'}" in result.stderr
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    result = subprocess.run([sys.executable, "-m", "ascend_images.cli", "--list"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: this copy of ascend-images was "
+                                                                        "installed without its checkout")
     assert "pip install -e ." in result.stderr and "Traceback" not in result.stderr
+    version = subprocess.run([sys.executable, "-m", "ascend_images.cli", "--version"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("ascend-images 0.1.0 (installed without its "
+                                                                 "checkout)"), version.stdout + version.stderr
 
 
 def test_the_same_tasks_as_invoke():
@@ -86,7 +92,7 @@ def test_the_same_tasks_as_invoke():
 ])
 def test_a_mistyped_name_gets_the_nearest(command, argv, words):
     result = command(*argv)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr  # usage errors exit 2, as value errors do
     assert result.stderr.startswith(words), result.stderr
     assert "No idea what" not in result.stderr and result.stdout == ""
 
@@ -115,7 +121,7 @@ def test_a_fresh_editable_install_makes_the_script(tmp_path):
                                capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import ascend_images.cli as c; print(c.ROOT)"],
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import ascend_images.checkout as c; print(c.ROOT)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert found.stdout.strip() == str(ROOT), found.stderr  # this checkout, not another install's
     result = subprocess.run([str(venv / "bin" / "ascend-images"), "--version"], cwd=tmp_path, env=env,
@@ -124,4 +130,4 @@ def test_a_fresh_editable_install_makes_the_script(tmp_path):
     assert result.stdout.startswith("ascend-images 0.1.0 (commit ")
     result = subprocess.run([str(venv / "bin" / "ascend-images"), "biuld"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1 and "did you mean build?" in result.stderr
+    assert result.returncode == 2 and "did you mean build?" in result.stderr

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ascend_images.builder.buildserver import BuildServer
-from ascend_images.flags import InputFlags
+from ascend_images.cli.options import InputFlags
 from ascend_images.inputs.sources import BuildInputs, split_url
 from tests.conftest import ROOT
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ascend_images import commands as cli
+from ascend_images.cli.inputs import fetch_selection
+from ascend_images.cli.options import Selection, SourceFlags
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted
 from ascend_images.inputs.cache import fetch_all
@@ -94,15 +96,16 @@ def test_one_wrong_byte_is_refused_and_nothing_is_cached(server, matrix_copy, tm
     assert list((cache / PARTIAL_DIR).iterdir()) == []
 
 
-def test_trust_on_first_use_records_then_refuses_a_changed_file(server, matrix_copy, tmp_path):
+def test_trust_on_first_use_records_then_refuses_a_changed_file(server, matrix_copy, tmp_path, own_state_dir):
     cache = tmp_path / "cache"
     first = b"release zip, first upload"
     w = wanted(server, "sgl-kernel-npu-x.zip", first)
     lines: list[str] = []
     (result,) = fetch_all(matrix_copy, [w], cache, lines.append, policy=FAST, stream=io.StringIO())
     assert result.status == "trusted-on-first-use"
-    # recorded in this host's trust record, in the cache, not in the committed pin file beside the matrix
-    record = yaml.safe_load((cache / TRUST_RECORD).read_text())
+    # recorded in this host's trust record, in its state directory (not the cache), not in the committed pin file
+    assert not (cache / TRUST_RECORD).exists()
+    record = yaml.safe_load((own_state_dir / TRUST_RECORD).read_text())
     assert record == {"pins": {"sgl-kernel-npu-x.zip": {"url": w.url, "size": len(first), "sha256": sha(first)}}}
     assert yaml.safe_load((tmp_path / PINS_FILE).read_text()) == {"pins": {}}  # the committed file: no pin yet
     said = "\n".join(lines)
@@ -180,32 +183,33 @@ def test_fetch_task_for_a_selection_then_build_resolves_from_the_cache(server, t
     path = copy_matrix(tmp_path, served_here)
     matrix = load_matrix(path)
     data = yaml.safe_load(path.read_text())
-    sel = cli.Selection(matrix=str(path), device="a3", backend="none", release="cann8.5.0-pt2.8.0", arch="aarch64")
+    sel = Selection(matrix=str(path), device="a3", backend="none", release="cann8.5.0-pt2.8.0", arch="aarch64")
     (variant,) = sel.variants(matrix)
     for file in variant.package_files().values():
         server.files[f"/CANN/8.5.0/{file}"] = f"fake {file}".encode()
-    flags = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "cache"))
+    flags = SourceFlags(cann_source="url", cache_dir=str(tmp_path / "cache"))
     lines: list[str] = []
-    results = cli.fetch_selection(sel, flags, lines.append, stream=io.StringIO())
+    results = fetch_selection(sel, flags, lines.append, stream=io.StringIO())
     assert [r.status for r in results] == ["trusted-on-first-use"] * 3
     assert all(h.get("Referer") == data["cann"]["download_referer"] for _, h in server.requests)
     packages = flags.sources(matrix).cann.packages(variant)
     assert [p.url for p in packages] == [f"${{ASCEND_BUILD_SERVER}}/cann/{f}" for f in variant.package_files().values()]
     assert [p.sha256 for p in packages] == [sha(f"fake {f}".encode()) for f in variant.package_files().values()]
-    # another cache (another host) trusts nothing yet: its build stops and says to fetch
-    elsewhere = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "empty"))
+    # another host (its own cache and state) trusts nothing yet: its build stops and says to fetch
+    elsewhere = SourceFlags(cann_source="url", cache_dir=str(tmp_path / "empty"),
+                            state_dir=str(tmp_path / "elsewhere-state"))
     with pytest.raises(SelectionError, match="no pin for Ascend-cann-toolkit_8.5.0"):
         elsewhere.sources(matrix).cann.packages(variant)
     # recorded into pins.yaml, the pins serve every host: the upstream download is pinned without any cache
-    cli.fetch_selection(sel, flags, lines.append, stream=io.StringIO(), record=True)
+    fetch_selection(sel, flags, lines.append, stream=io.StringIO(), record=True)
     assert [p.sha256 for p in elsewhere.sources(matrix).cann.packages(variant)] == [p.sha256 for p in packages]
 
 
 def test_build_without_checksums_or_cache_says_to_fetch(tmp_path):
     path = copy_matrix(tmp_path)
     matrix = load_matrix(path)
-    (variant,) = cli.Selection(matrix=str(path), device="a3", backend="none", arch="aarch64").variants(matrix)
-    sources = cli.SourceFlags(cann_source="url", cache_dir=str(tmp_path / "nothing")).sources(matrix)
+    (variant,) = Selection(matrix=str(path), device="a3", backend="none", arch="aarch64").variants(matrix)
+    sources = SourceFlags(cann_source="url", cache_dir=str(tmp_path / "nothing")).sources(matrix)
     missing = r"no pin for Ascend-cann-toolkit_9\.1\.0_linux-aarch64\.run in pins\.yaml.*invoke fetch"  # A3 none
     with pytest.raises(SelectionError, match=missing):
         sources.cann.packages(variant)
@@ -219,3 +223,36 @@ def test_marked_directories_are_test_doubles(tmp_path):
     (tmp_path / TEST_DOUBLE_MARKER).write_text("fake")
     assert CannSource("local", tmp_path).test_double
     assert Path(ROOT / "tests/fixtures/fake_cann/make_packages.py").is_file()
+
+
+def test_trust_outlives_the_download_cache(server, matrix_copy, tmp_path, own_state_dir):
+    """Issue 41: the cache is what users delete to free space. With it gone, upstream's changed file is still
+    refused: what was trusted is state, kept beside the cache, not in it."""
+    cache = tmp_path / "cache"
+    first = b"kernel zip as first published"
+    w = wanted(server, "sgl-kernel-npu-y.zip", first)
+    (result,) = fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+    assert result.status == "trusted-on-first-use"
+    shutil.rmtree(cache)
+    server.files["/sgl-kernel-npu-y.zip"] = b"kernel zip, replaced upstream"
+    with pytest.raises(DownloadError) as caught:
+        fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+    assert sha(first) in str(caught.value) and "refused" in str(caught.value)
+    assert str(own_state_dir / TRUST_RECORD) in str(caught.value)
+    assert not (cache / "sgl-kernel-npu-y.zip").exists()
+
+
+def test_a_trust_record_left_in_the_cache_moves_to_the_state_directory(server, matrix_copy, tmp_path, own_state_dir,
+                                                                       capsys):
+    """An earlier version kept the record in the cache: the first fetch moves it (so an upgrade keeps what was trusted,
+    and a later cache clean-up cannot reset it), and enforces it."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    w = wanted(server, "sgl-kernel-npu-z.zip", b"served now")
+    (cache / TRUST_RECORD).write_text(yaml.safe_dump({"pins": {"sgl-kernel-npu-z.zip": {
+        "url": w.url, "size": 11, "sha256": sha(b"trusted once")}}}))
+    with pytest.raises(DownloadError, match="refused"):
+        fetch_all(matrix_copy, [w], cache, print, policy=FAST, stream=io.StringIO())
+    assert not (cache / TRUST_RECORD).exists() and (own_state_dir / TRUST_RECORD).is_file()
+    said = capsys.readouterr().err
+    assert f"the trust record moved from the download cache to {own_state_dir / TRUST_RECORD}" in said

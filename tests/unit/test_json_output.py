@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from invoke import Collection
 
-from ascend_images import commands as cli
-from ascend_images.cli import load_tasks
+from ascend_images.cli.collection import tasks as all_tasks
+from ascend_images.cli.release import inspect_image
 from tests.fixtures.httpserver import Server
 from tests.fixtures.matrices import matrix_copy
 from tests.unit import console_script
@@ -33,7 +32,7 @@ def one_document(stdout: str):
 
 
 def test_every_json_switch_has_its_test_here():
-    tasks = Collection.from_module(load_tasks())
+    tasks = all_tasks()
     switches = set()
     for name in tasks.task_names:
         params = inspect.signature(tasks[name].body).parameters
@@ -88,7 +87,7 @@ def test_inspect_json_is_the_facts_alone(monkeypatch):
     monkeypatch.setattr(engine, "connect", lambda: object())
     monkeypatch.setattr(imagemeta, "image_facts", lambda client, ref: facts)
     lines: list[str] = []
-    cli.inspect_image("ns/x:1", lines.append, as_json=True)
+    inspect_image("ns/x:1", lines.append, as_json=True)
     assert one_document("\n".join(lines)) == facts  # no TEST DOUBLE line, no sections: the document alone
 
 

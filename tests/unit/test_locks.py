@@ -327,11 +327,11 @@ def test_the_committed_list_is_checked_against_the_tree_and_the_first_difference
 
 # --- `invoke lock --check` tells the truth: what the matrix says cannot or need not be locked is skipped, with why ---
 def test_lock_check_passes_on_this_checkout_and_names_what_it_skips(tmp_path):
-    from ascend_images import commands as cli
-    from ascend_images.flags import LockFlags
+    from ascend_images.cli.inputs import make_locks
+    from ascend_images.cli.options import LockFlags, Selection
 
     lines: list[str] = []
-    code = cli.make_locks(cli.Selection(str(ROOT / "matrix.yaml")), LockFlags(), lines.append, check=True,
+    code = make_locks(Selection(str(ROOT / "matrix.yaml")), LockFlags(), lines.append, check=True,
                           cache_dir=tmp_path)
     assert code == 0, lines
     assert "skipped locks/cann9.1.0-vllm0.26.0rc1/vllm-aarch64.txt: release blocked: vllm-ascend 0.26.0rc1 pins " \
@@ -342,14 +342,14 @@ def test_lock_check_passes_on_this_checkout_and_names_what_it_skips(tmp_path):
 
 
 def test_lock_check_fails_on_a_lock_the_matrix_says_exists_and_does_not(tmp_path):
-    from ascend_images import commands as cli
-    from ascend_images.flags import LockFlags
+    from ascend_images.cli.inputs import make_locks
+    from ascend_images.cli.options import LockFlags, Selection
     from tests.fixtures.matrices import matrix_copy
 
     path = matrix_copy(tmp_path, locks=True)
     (tmp_path / "locks" / "cann9.0.0-sglang0.5.17" / "sglang-aarch64.txt").unlink()
     lines: list[str] = []
-    code = cli.make_locks(cli.Selection(str(path)), LockFlags(), lines.append, check=True, cache_dir=tmp_path)
+    code = make_locks(Selection(str(path)), LockFlags(), lines.append, check=True, cache_dir=tmp_path)
     assert code == 1
     assert ("FAILED  locks/cann9.0.0-sglang0.5.17/sglang-aarch64.txt: missing: invoke lock --release "
             "cann9.0.0-sglang0.5.17 --backend sglang --arch aarch64") in lines

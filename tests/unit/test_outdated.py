@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images import commands as cli
+from ascend_images.cli.inputs import show_outdated
+from ascend_images.cli.options import Selection
 from ascend_images.inputs.outdated import pinned_versions
 from ascend_images.inputs.wheelmeta import read_metadata
 from tests.conftest import ROOT
@@ -95,7 +96,7 @@ def matrix(tmp_path_factory, index) -> Path:
 
 def rows_by_version(index, matrix, packages=None) -> dict[tuple[str, str], dict]:
     lines: list[str] = []
-    cli.show_outdated(cli.Selection(str(matrix)), lines.append, index_url=index.url("/simple"),
+    show_outdated(Selection(str(matrix)), lines.append, index_url=index.url("/simple"),
                       packages=packages, as_json=True)
     return {(r["package"], r["version"]): r for r in json.loads(lines[-1])}
 
@@ -147,7 +148,7 @@ def test_the_task_prints_a_table(index, matrix):
     assert header.split()[:3] == ["package", "newer", "matrix"]
     from packaging.version import Version
 
-    newest = str(max(map(Version, pinned_versions(cli.Selection(str(matrix)).load())["torch-npu"])))
+    newest = str(max(map(Version, pinned_versions(Selection(str(matrix)).load())["torch-npu"])))
     assert [line.split()[:3] for line in lines] == [["torch-npu", "2.13.0rc1", newest], ["torch-npu", "2.12.0", newest],
                                                    ["torch-npu", "2.11.0", newest]]
 
@@ -159,7 +160,7 @@ def test_live_pypi_lists_a_newer_vllm_ascend():
     from packaging.version import Version
 
     lines: list[str] = []
-    rows = cli.show_outdated(cli.Selection(str(ROOT / "matrix.yaml")), lines.append,
+    rows = show_outdated(Selection(str(ROOT / "matrix.yaml")), lines.append,
                              index_url="https://pypi.org/simple", packages=["vllm-ascend"], limit=2)
     assert rows, lines
     assert all(Version(r.version) > Version("0.23.0") for r in rows), lines

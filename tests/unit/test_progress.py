@@ -156,7 +156,7 @@ def test_a_task_that_fails_mid_step_leaves_no_live_line(voice):
     rich line is stopped (the cursor shown again, the line cleared) and no plain line claims the step finished."""
     from invoke import Exit
 
-    from ascend_images.cli import load_tasks
+    from ascend_images.cli.taskdef import run_body
     from ascend_images.errors import AscendImagesError
 
     out = Terminal()
@@ -167,7 +167,7 @@ def test_a_task_that_fails_mid_step_leaves_no_live_line(voice):
         raise AscendImagesError("registry gone")
 
     with pytest.raises(Exit, match="error: registry gone"):
-        load_tasks()._run(body)
+        run_body(body)
     assert not console._drawing
     assert "\x1b[?25h" in out.getvalue() and out.getvalue().endswith("\x1b[2K")
     assert "publish 1/2 push r/x:1 (" not in out.getvalue()

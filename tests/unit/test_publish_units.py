@@ -95,7 +95,7 @@ def test_manifest_list_references_children_by_digest():
 
 
 def test_ci_matrix_is_a_strategy_matrix():
-    from ascend_images.flags import Selection
+    from ascend_images.cli.options import Selection
     from ascend_images.release.workflow import ci_matrix
 
     from .helpers import ROOT

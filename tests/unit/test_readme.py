@@ -21,7 +21,7 @@ def readme(*args: str) -> subprocess.CompletedProcess:
 def test_readme_says_what_the_tree_says():
     result = readme("--check")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout == "README.md: generated sections up to date\n"
+    assert result.stdout == f"{ROOT / 'README.md'}: generated sections up to date\n"
 
 
 def broken_copy(tmp_path: Path, old: str, new: str) -> Path:

@@ -8,8 +8,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ascend_images.commands import run_image
-from ascend_images.flags import RunFlags, Selection
+from ascend_images.cli.options import RunFlags, Selection
+from ascend_images.cli.run import run_image
 from ascend_images.runtime.k8s import k8s_manifest, k8s_yaml, shm_quantity, workload_name
 from ascend_images.runtime.run import Port, RunError, RunSpec, Volume, docker_kwargs, docker_run_line
 from tests.conftest import ROOT

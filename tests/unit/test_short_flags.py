@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from ascend_images.flags import SHORT_FLAGS
+from ascend_images.cli.flags import SHORT_FLAGS
 
 from .helpers import ROOT
 

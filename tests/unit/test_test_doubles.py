@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images import commands as cli
+from ascend_images.cli.build import build_selection
+from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import TEST_DOUBLE_LABEL, Renderer
 from tests.conftest import ROOT
@@ -146,8 +147,8 @@ def test_images_built_from_doubles_carry_the_label(tmp_path):
     write_zips(tmp_path / "artifacts", arches=["aarch64"])
     write_wheels(tmp_path / "artifacts", arches=["aarch64"])
     write_archive(tmp_path / "artifacts", "0.5.17")
-    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="sglang", arch="aarch64")
-    flags = cli.SourceFlags(cann_dir=str(tmp_path / "cann"), artifacts_dir=str(tmp_path / "artifacts"),
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="sglang", arch="aarch64")
+    flags = SourceFlags(cann_dir=str(tmp_path / "cann"), artifacts_dir=str(tmp_path / "artifacts"),
                             cache_dir=str(tmp_path / "cache"))
     matrix = sel.load()
     sources = flags.sources(matrix)
@@ -173,7 +174,7 @@ def test_images_built_from_doubles_carry_the_label(tmp_path):
     }
     # the same packages without the marker file: a real CANN directory, no label
     (tmp_path / "cann" / MARKER_FILE).unlink()
-    real = cli.SourceFlags(cann_dir=str(tmp_path / "cann")).sources(matrix)
+    real = SourceFlags(cann_dir=str(tmp_path / "cann")).sources(matrix)
     stage = next(s for s in plan.stages if s.kind == "cann-install")
     assert TEST_DOUBLE_LABEL not in Renderer().context(stage, real)[0]["labels"]
 
@@ -182,6 +183,6 @@ def test_building_doubles_under_the_default_namespace_is_refused(tmp_path):
     from ascend_images.errors import SelectionError
 
     write_packages(tmp_path, cann=["9.1.0"], chips=["a3"], arches=["aarch64"])
-    sel = cli.Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="none", arch="aarch64")
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="none", arch="aarch64")
     with pytest.raises(SelectionError, match="test doubles.*--namespace ascend-images-demo"):
-        cli.build_selection(sel, cli.SourceFlags(cann_dir=str(tmp_path)), cli.InputFlags(), print)
+        build_selection(sel, SourceFlags(cann_dir=str(tmp_path)), InputFlags(), print)

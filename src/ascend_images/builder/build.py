@@ -14,7 +14,6 @@ import hashlib
 import json
 import re
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -118,16 +117,6 @@ def _drop_connection(stream: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):  # already shut by the engine
             sock.shutdown(socket.SHUT_RDWR)
-
-
-def git_revision(path: Path) -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return out.stdout.strip()
-
 
 
 class Builder:

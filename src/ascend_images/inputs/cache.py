@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
-from ascend_images.console import Steps
+from ascend_images.console import Steps, note
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted, variant_wanted
 from ascend_images.inputs.download import DownloadError, Policy, Request, _size, commit, fetch_file, sha256_file
-from ascend_images.inputs.pins import Pin, add_pins, pins_path, read_pins, trust_record_path
+from ascend_images.inputs.pins import Pin, add_pins, adopt_cached_trust, pins_path, read_pins, trust_record_path
 from ascend_images.inputs.pypi import PackageIndexError, find_wheel, index_files
 from ascend_images.inputs.sources import local_wheel
 from ascend_images.matrix.model import Matrix, Variant
@@ -92,7 +92,7 @@ def expectation(file: str, published: str | None, pin: Pin | None, trust: Pin | 
 
 def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, checksums: dict[str, str] | None = None,
               policy: Policy | None = None, stream: TextIO | None = None, record: bool = False,
-              steps: Steps | None = None) -> list[FetchResult]:
+              steps: Steps | None = None, state_dir: Path | None = None) -> list[FetchResult]:
     """Download (or find in the cache) each file; a failure stops at once with nothing left under a final name.
     `record`: pin every file PyPI does not carry that pins.yaml lacks, there. `steps` says file i of n and its size
     on stderr; the download bar is the live line, so the steps draw none."""
@@ -100,7 +100,8 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
     steps.total = len(wanted)
     pin_file = pins_path(matrix)
     pins = read_pins(pin_file)
-    trust_file = trust_record_path(cache)
+    trust_file = trust_record_path(state_dir)
+    adopt_cached_trust(cache, trust_file, note)
     trusted = read_pins(trust_file)
     given = checksums or {}
     results = []

@@ -9,7 +9,6 @@ requirements of any locked package that has no wheel for the platform and must b
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -45,6 +44,7 @@ from ascend_images.inputs.pypi import (
     index_files,
     normalize,
 )
+from ascend_images.tools import which
 
 Out = Callable[[str], None]
 # Packages that only make sense with CUDA: a lock holding one would put CUDA in an NPU image.
@@ -53,7 +53,7 @@ MAX_ROUNDS = 5
 
 
 def uv_binary() -> str:
-    found = shutil.which("uv")
+    found = which("uv")
     if found:
         return found
     try:

@@ -199,6 +199,7 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
              pre: bool = False, limit: int = 5) -> list[Candidate]:
     pinned = pinned_versions(matrix)
     listing: dict[str, list[IndexFile]] = {}
+    missing: list[str] = []  # projects the index answered for with "not here"
 
     def files(name: str) -> list[IndexFile]:
         if name not in listing:
@@ -209,6 +210,7 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
                 raise
             except PackageIndexError:
                 listing[name] = []
+                missing.append(name)
         return listing[name]
 
     def on_index(name: str, version: str) -> bool:
@@ -253,6 +255,11 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
             found.append(assess(package, version, entries, on_index, metadata,
                                 matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None,
                                 no_deps, blocked))
+    if listing and len(missing) == len(listing):
+        # an index that has none of them is no index of these packages: "nothing newer" would be a false all-clear
+        raise PackageIndexError(f"the index at {index_url} has none of the packages asked for ({', '.join(missing)}: "
+                                "not found on it); is it a PEP 503 simple index holding them? (PyPI's is "
+                                "https://pypi.org/simple)")
     return found
 
 

@@ -4,14 +4,17 @@ file name, URL, size and sha256 (DESIGN 15).
 Two places hold them, in one format:
 - the committed pin file, `pins.yaml` beside matrix.yaml: reviewed in a diff, enforced by every fetch and build, and
   the only record `invoke publish` accepts;
-- the user's trust record, `trusted-on-first-use.yaml` in the download cache: what `invoke fetch` trusted on first use
-  on this host, enforced from then on here, written to the pin file by `invoke fetch --record`.
+- the user's trust record, `trusted-on-first-use.yaml` in the state directory ($XDG_STATE_HOME/ascend-images, or
+  --state-dir): what `invoke fetch` trusted on first use on this host, enforced from then on here, written to the pin
+  file by `invoke fetch --record`. Trust is state, not cache (DESIGN 22): deleting the download cache to free space
+  must not make the next fetch trust a changed file again.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,8 +58,27 @@ def pins_path(matrix: Matrix) -> Path:
     return matrix.path.parent / PINS_FILE
 
 
-def trust_record_path(cache: Path) -> Path:
-    return cache / TRUST_RECORD
+def default_state_dir() -> Path:
+    """ASCEND_IMAGES_STATE, else $XDG_STATE_HOME/ascend-images, else ~/.local/state/ascend-images (XDG's default)."""
+    override = os.environ.get("ASCEND_IMAGES_STATE")
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state") / "ascend-images"
+
+
+def trust_record_path(state_dir: Path | None = None) -> Path:
+    return (state_dir or default_state_dir()) / TRUST_RECORD
+
+
+def adopt_cached_trust(cache: Path, record: Path, out: Callable[[str], None]) -> None:
+    """A trust record an earlier version kept in the download cache moves to the state directory (once), so an
+    upgrade neither loses what was trusted nor keeps it where a cache clean-up would delete it."""
+    old = cache / TRUST_RECORD
+    if old.is_file() and not record.exists():
+        record.parent.mkdir(parents=True, exist_ok=True)
+        old.replace(record)
+        out(f"note: the trust record moved from the download cache to {record} (trust is state, not cache)")
 
 
 def read_pins(path: Path) -> dict[str, Pin]:

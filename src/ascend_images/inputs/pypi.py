@@ -56,6 +56,25 @@ INDEX_ATTEMPTS = 3
 INDEX_BACKOFF = 1.0  # seconds before the 2nd attempt, doubled after
 
 
+def checked_index_url(flag: str, url: str) -> str:
+    """An index URL a flag names, refused before any request when it cannot be one: empty, not http(s) or file, or
+    without a host."""
+    shown = repr(url) if not url.strip() or url != url.strip() else url
+    if not url.strip():
+        raise PackageIndexError(f"{flag} is empty: give the index's URL, e.g. https://pypi.org/simple")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https", "file"):
+        raise PackageIndexError(f"{flag} {shown}: not an http(s) URL (e.g. https://pypi.org/simple, "
+                                "http://HOST:PORT/simple)")
+    if parts.scheme != "file" and not parts.hostname:
+        raise PackageIndexError(f"{flag} {shown}: the URL names no host (e.g. https://pypi.org/simple)")
+    try:
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        raise PackageIndexError(f"{flag} {shown}: its port is not a number") from None
+    return url
+
+
 def index_files(index_url: str, project: str, timeout: float = 60) -> list[IndexFile]:
     page = f"{index_url.rstrip('/')}/{normalize(project)}/"
     delay = INDEX_BACKOFF

@@ -3,14 +3,13 @@ referrers on publish, read back from either place, and checked against this chec
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascend_images.builder.build import git_revision
+from ascend_images.checkout import revision
 from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.lockfile import LockError, parse_lock
 from ascend_images.inputs.pins import Pin
@@ -126,10 +125,6 @@ def from_engine(client, ref: str, pins: Mapping[str, Pin], *, commit: str, matri
     return Attestations(ref, "engine", json.loads(text), statement)
 
 
-def matrix_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 # --- invoke verify -------------------------------------------------------------------------------------------------
 def in_history(checkout: Path, commit: str) -> bool:
     """Whether `commit` is HEAD or an ancestor of it in the checkout."""
@@ -190,7 +185,7 @@ def findings(docs: Attestations, *, locks_dir: Path, pins: Mapping[str, Pin], ch
         elif pin.sha256 != sha256:
             out.append(f"download: {component['name']} has sha256 {sha256}, pins.yaml pins {pin.sha256}")
     version = statement.get("predicate", {}).get("runDetails", {}).get("builder", {}).get("version", {})
-    built_at, head = version.get("commit", ""), git_revision(checkout)
+    built_at, head = version.get("commit", ""), revision(checkout)
     if not built_at:
         out.append("provenance: names no commit the image was built from")
     elif head and not in_history(checkout, built_at):  # a stage reused since: built at an ancestor, and that is fine

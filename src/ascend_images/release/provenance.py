@@ -5,9 +5,9 @@ engine and checkout that publish it. Inputs are recorded by digest; no flag's va
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from ascend_images.checkout import version
 from ascend_images.release.inventory import Inventory
 from ascend_images.stages.names import CONTENT_KEY_LABEL, LABEL_PREFIX
 
@@ -50,13 +50,6 @@ def stage_chain(client, ref: str) -> list[StageRecord]:
     return out
 
 
-def _project_version() -> str:
-    try:
-        return version("ascend-images")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def provenance(inv: Inventory, chain: list[StageRecord], subject: tuple[str, str], *, engine_version: str,
                commit: str, matrix_sha256: str) -> dict[str, Any]:
     """The statement for `subject` (name, manifest digest) of the image `inv` read."""
@@ -86,7 +79,7 @@ def provenance(inv: Inventory, chain: list[StageRecord], subject: tuple[str, str
             },
             "runDetails": {
                 "builder": {"id": BUILDER_ID, "version": {
-                    "ascend-images": _project_version(),
+                    "ascend-images": version(),
                     "commit": labels.get("org.opencontainers.image.revision", ""),
                     "docker-engine": engine_version}},
                 "metadata": {

@@ -19,9 +19,9 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
+from ascend_images.checkout import IMAGES_DIR
 from ascend_images.inputs.artifacts import (
     bisheng_wanted,
     framework_wanted,
@@ -37,7 +37,6 @@ from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
 from ascend_images.stages.stage import Stage
 
-IMAGES_DIR = Path(__file__).resolve().parents[3] / "images"  # the templates and the files stages copy
 LABEL_PREFIX = "io.ascend-images"
 DOWNLOADS_LABEL = f"{LABEL_PREFIX}.downloads"  # .<stage kind>: what it installed from downloads PyPI lacks
 LAYOUT_LAYER = "cann:image"  # what the official CANN image sets itself, beside its env scripts

@@ -12,17 +12,28 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ascend_images import console
+from ascend_images.checkout import ROOT as PROJECT_ROOT
+from ascend_images.cli.options import Selection, SourceFlags
+from ascend_images.cli.project import project_path
+from ascend_images.cli.taskdef import MATRIX_HELP, exit_with, run_body, task
 from ascend_images.console import Steps, fmt_seconds
 from ascend_images.errors import AscendImagesError
-from ascend_images.flags import Selection, SourceFlags
 from ascend_images.inputs.sources import CannSource, Sources
 from ascend_images.matrix.model import Matrix, Variant, all_variants
 from ascend_images.stages.drift import drift
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
+from ascend_images.tools import which
 
 Out = Callable[[str], None]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@task(name="lint", help={"matrix": MATRIX_HELP,
+                         "work_dir": "where every variant is rendered (default: the project's build/)"})
+def lint_task(c, matrix=None, work_dir=None):
+    """ruff; the import contract; hadolint on every rendered Dockerfile of every release; the committed rendered/
+    Dockerfiles; actionlint and zizmor on the workflow."""
+    exit_with(run_body(lint, Selection(matrix), print, Path(project_path(work_dir, "build"))))
 
 
 def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Steps | None = None) -> int:
@@ -42,7 +53,7 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Ste
         matrix = sel.load()
         variants = all_variants(matrix)
         dockerfiles = _render_all(matrix, variants, work_dir / "lint")
-    hadolint = shutil.which("hadolint")
+    hadolint = which("hadolint")
     if hadolint is None:
         raise AscendImagesError("hadolint is not installed: pip install -e '.[lint]'")
     with steps.step(f"hadolint ({len(dockerfiles)} Dockerfiles)"):
@@ -57,7 +68,7 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Ste
         f"({len(variants)} variants, CANN sources url and image)")
     status |= result.returncode
     with steps.step("rendered/"):
-        result, directory = drift(sel.matrix)
+        result, directory = drift(sel.matrix_path)
     out(f"rendered/: {'up to date' if result.clean else result.summary(directory)}")
     status |= 0 if result.clean else 1
     status |= lint_workflows(out, steps)
@@ -90,7 +101,7 @@ def _render_all(matrix: Matrix, variants: list[Variant], target: Path) -> list[P
 def lint_imports(out: Out, src: Path = PROJECT_ROOT / "src") -> int:
     """pyproject.toml's import-linter contracts (the wings' layers) over the package under `src`: that tree, not
     whichever copy of ascend_images happens to be installed."""
-    binary = shutil.which("lint-imports")
+    binary = which("lint-imports")
     if binary is None:
         raise AscendImagesError("lint-imports is not installed: pip install -e '.[lint]'")
     result = subprocess.run([binary, "--config", str(PROJECT_ROOT / "pyproject.toml"), "--no-cache"],
@@ -113,7 +124,7 @@ def lint_workflows(out: Out, steps: Steps | None = None) -> int:
     workflows = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     for tool, args in (("actionlint", ["-no-color", *workflows]),
                        ("zizmor", ["--offline", "--min-severity", "medium", "--format", "plain", *workflows])):
-        binary = shutil.which(tool)
+        binary = which(tool)
         if binary is None:
             raise AscendImagesError(f"{tool} is not installed: pip install -e '.[lint]'")
         with steps.step(tool):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ascend_images.cli.project import project_path
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.cache import default_cache
 from ascend_images.inputs.checksums import parse_checksums
@@ -33,7 +34,10 @@ def shown(value: str) -> str:
 
 def checked_path(flag: str, value: str, kind: PathKind) -> Path:
     """A file or directory flag's path, checked before anything is rendered or built: it exists, is of the right
-    kind and can be read (a directory to make: its nearest existing parent can be written)."""
+    kind and can be read (a directory to make: its nearest existing parent can be written). An empty value is no
+    path: Path("") would be the current directory."""
+    if not value.strip():
+        raise SelectionError(f"{flag} is empty: give a {'file' if kind == 'file' else 'directory'} path")
     path = Path(value)
     value = shown(value)
     if kind == "dir-to-make":
@@ -72,7 +76,7 @@ def whole_number(flag: str, value: str | int, minimum: int, maximum: int = 10_00
 class Selection:
     """The selection flags every task takes."""
 
-    matrix: str = "matrix.yaml"
+    matrix: str | None = None  # None: the project's matrix.yaml (cli.project)
     device: str | None = None
     backend: str | None = None
     release: str | None = None
@@ -84,8 +88,17 @@ class Selection:
     allocator: str | None = None
     framework: str | None = None
 
+    @property
+    def matrix_path(self) -> str:
+        return project_path(self.matrix, "matrix.yaml")
+
     def load(self) -> Matrix:
-        return load_matrix(checked_path("--matrix", self.matrix, "file"))
+        return load_matrix(checked_path("--matrix", self.matrix_path, "file"))
+
+    def narrows(self) -> list[str]:
+        """The selection flags given (all but --matrix): a task that lists everything lists only what they name."""
+        return [name for name in ("device", "backend", "release", "os", "arch", "python", "profile", "allocator",
+                                  "framework") if getattr(self, name) is not None] + (["env"] if self.env else [])
 
     def variants(self, matrix: Matrix | None = None) -> list[Variant]:
         matrix = matrix or self.load()
@@ -104,6 +117,7 @@ class SourceFlags:
     artifacts_dir: str | None = None
     torch_index_url: str | None = None
     cache_dir: str | None = None  # what `invoke fetch` downloaded; default ~/.cache/ascend-images/downloads
+    state_dir: str | None = None  # the trust record's directory; default $XDG_STATE_HOME/ascend-images
 
     @property
     def cann_kind(self) -> str:
@@ -113,8 +127,9 @@ class SourceFlags:
         """Every path flag, checked before the first use of any (inside the task, so errors read as one line)."""
         for flag, value, kind in (("--checksums", self.checksums, "file"), ("--cann-dir", self.cann_dir, "dir"),
                                   ("--artifacts-dir", self.artifacts_dir, "dir"),
-                                  ("--dest", self.cache_dir, "dir-to-make")):
-            if value:
+                                  ("--dest", self.cache_dir, "dir-to-make"),
+                                  ("--state-dir", self.state_dir, "dir-to-make")):
+            if value is not None:
                 checked_path(flag, value, kind)  # type: ignore[arg-type]
 
     def cache(self) -> Path:
@@ -123,7 +138,11 @@ class SourceFlags:
 
     def known_pins(self, matrix: Matrix) -> dict[str, Pin]:
         """pins.yaml beside matrix.yaml, over what this host's cache trusted on first use."""
-        return {**read_pins(trust_record_path(self.cache())), **read_pins(pins_path(matrix))}
+        return {**read_pins(self.trust_record()), **read_pins(pins_path(matrix))}
+
+    def trust_record(self) -> Path:
+        self.check_paths()
+        return trust_record_path(Path(self.state_dir) if self.state_dir else None)
 
     def known_checksums(self, matrix: Matrix) -> dict[str, str]:
         """The pins' sha256, overridden by --checksums."""
@@ -227,37 +246,3 @@ class LockFlags:
     extra_index_urls: list[str] = field(default_factory=list)
     # default: every framework lock of the selection after its backend's; one name: only that framework's locks
     framework: str | None = None
-
-
-# One short letter per flag, the same in every task that takes the flag; a flag not named here has none. A letter is
-# a promise: `-d` is --device wherever it is accepted, so a user never has to look a letter up per task. Docker's
-# habits win where our flags mean what Docker's do (`docker run -v -p -w -e`), which is why --verbose has no letter:
-# `-v` is --volume in `run`, and giving --verbose `-v` elsewhere would make one letter mean two things. `-h` is
-# help's; invoke's own core flags (-d debug, -e echo, -p pty, -w warn-only, -f config, -l list) still work before the
-# task name, and after it the task's letter wins, as invoke has always resolved them.
-SHORT_FLAGS: dict[str, str] = {
-    # the selection, taken by most tasks
-    "device": "d",
-    "backend": "b",
-    "release": "r",
-    "os": "o",
-    "arch": "a",
-    "profile": "f",
-    "allocator": "l",
-    "env": "e",  # docker run -e: the container's environment (the tuned defaults' overrides)
-    "matrix": "m",
-    # docker run's
-    "volume": "v",
-    "publish": "p",
-    "workdir": "w",
-    # the rest
-    "image": "i",
-    "jobs": "j",  # make -j
-    "quiet": "q",
-}
-NO_SHORT_FLAG = {"h"}  # help's, in every task
-
-
-def short_flag(name: str) -> str | None:
-    """The short letter of a flag (dashed or underscored), or None."""
-    return SHORT_FLAGS.get(name.replace("_", "-"))

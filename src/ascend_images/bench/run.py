@@ -16,24 +16,24 @@ from __future__ import annotations
 import contextlib
 import json
 import platform
-import shutil
 import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import docker
 import yaml
 
-from ascend_images.bench_fleet import FLEET_FRACTION_MAX, check_fleet, fleet_row, fleet_verdict, measure_fleet
-from ascend_images.builder.build import Builder, BuildSettings, StageResult
-from ascend_images.console import Steps
+from ascend_images.bench.fleet import FLEET_FRACTION_MAX, check_fleet, fleet_row, fleet_verdict, measure_fleet
+from ascend_images.bench.setup import BenchSetup
+from ascend_images.builder.build import Builder, StageResult
 from ascend_images.matrix.model import Variant, load_matrix, select
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
+from ascend_images.tools import which
 
 Out = Callable[[str], None]
 TARGETS = {
@@ -43,23 +43,6 @@ TARGETS = {
     "startup_overhead_ms_max": 30.0,
     "fleet_fraction_max": FLEET_FRACTION_MAX,
 }
-STEPS = 7
-
-
-@dataclass
-class BenchSetup:
-    client: docker.DockerClient
-    settings: BuildSettings
-    matrix_path: Path
-    selection: dict[str, Any]
-    base_images: dict[tuple[str, str], str]
-    namespace: str
-    out: Out
-    stage_cache: str | None = None  # REGISTRY/NAMESPACE: the cold build pushes there, the fleet build pulls
-    stage_cache_read_only: bool = False  # the cold build pushes nothing: the fleet build uses what is there
-    fleet_engine: str | None = None  # DOCKER_HOST of an empty engine for the fleet build; default: a scratch dockerd
-    # which of the seven measurements runs, on stderr; the figures stay on `out`
-    steps: Steps = field(default_factory=lambda: Steps("bench", STEPS))
 
 
 def _plan(setup: BenchSetup, matrix_path: Path | None = None, namespace: str | None = None,
@@ -116,7 +99,7 @@ def _image_size(client: docker.DockerClient, ref: str) -> int:
 
 
 def _dive(ref: str, work: Path) -> float | None:
-    dive = shutil.which("dive")
+    dive = which("dive")
     if dive is None:
         return None
     report = work / f"dive-{ref.replace('/', '_').replace(':', '_')}.json"

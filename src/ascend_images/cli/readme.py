@@ -11,12 +11,15 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from ascend_images.checkout import ROOT as PROJECT_ROOT
+from ascend_images.cli.flags import SHORT_FLAGS
+from ascend_images.cli.options import Selection
+from ascend_images.cli.project import project_path
+from ascend_images.cli.taskdef import MATRIX_HELP, exit_with, run_body, task
 from ascend_images.errors import AscendImagesError
-from ascend_images.flags import SHORT_FLAGS, Selection
 from ascend_images.matrix.model import Matrix
 
 Out = Callable[[str], None]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SECTION = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 
 
@@ -83,7 +86,20 @@ def regenerate(text: str, matrix: Matrix, root: Path) -> str:
     return SECTION.sub(lambda m: f"{m[1]}{SECTIONS[m['name']](matrix, root)}\n{m[4]}", text)
 
 
-def readme(sel: Selection, out: Out, path: Path, root: Path = PROJECT_ROOT, check: bool = False) -> int:
+@task(name="readme", help={"check": "only compare: print the difference and exit 1 when README says otherwise than "
+                                    "the tree",
+                           "readme": "the README to regenerate (default: the project's README.md)",
+                           "matrix": MATRIX_HELP})
+def readme_task(c, check=False, readme=None, matrix=None):
+    """Regenerate README's generated sections (releases, locks, rendered/, short flags) from the matrix and the
+    tree."""
+    from ascend_images.cli.options import checked_path
+
+    path = run_body(checked_path, "--readme", project_path(readme, "README.md"), "file")
+    exit_with(run_body(write_readme, Selection(matrix), print, path, check=check))
+
+
+def write_readme(sel: Selection, out: Out, path: Path, root: Path = PROJECT_ROOT, check: bool = False) -> int:
     """Rewrite README's generated sections, or (check) say how they differ from the tree and fail."""
     text = path.read_text(encoding="utf-8")
     new = regenerate(text, sel.load(), root)

@@ -10,17 +10,15 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import docker
 
+from ascend_images.bench.setup import BenchSetup
 from ascend_images.builder.scratch_engine import ScratchEngine, ScratchEngineError, load_image, missing_requirement
 from ascend_images.builder.stagecache import StageCache
 from ascend_images.errors import AscendImagesError, Interrupted, SelectionError
 from ascend_images.stages.plan import BuildPlan
-
-if TYPE_CHECKING:
-    from ascend_images.bench import BenchSetup
 
 FLEET_FRACTION_MAX = 0.10
 # bench's build of a plan: (setup, plan, cold=, client=, cache=) -> (seconds, results)

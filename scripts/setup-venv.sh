@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The Python part of set-up: this project, with its test and lint tools, in a virtual environment of its own
+# (.venv in the checkout, or $ASCEND_IMAGES_VENV). The distribution's python3 is never changed: Debian 12's and
+# Ubuntu 24.04's have no pip and refuse installs into the system (PEP 668, externally-managed-environment), so nothing
+# here runs pip outside the venv, and nothing uses --break-system-packages. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${ASCEND_IMAGES_VENV:-.venv}
+log_dir=build/logs
+mkdir -p "$log_dir"
+step() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+apt_install() {
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: $* is needed; install it with your package manager (as root: apt-get install $*), then run again" >&2
+    exit 1
+  fi
+  step "apt-get install $*"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >"$log_dir/apt-python.log" 2>&1
+  apt-get install -y -qq "$@" >>"$log_dir/apt-python.log" 2>&1 || { tail -20 "$log_dir/apt-python.log"; exit 1; }
+}
+
+command -v python3 >/dev/null 2>&1 || apt_install python3
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: this project needs Python 3.11 or newer; python3 is $(python3 --version 2>&1)" >&2
+  exit 1
+fi
+# `python3 -m venv` needs ensurepip, which Debian and Ubuntu ship apart (python3-venv, python3.X-venv)
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  apt_install python3-venv "python3.$(python3 -c 'import sys; print(sys.version_info[1])')-venv"
+fi
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+  step "python3 -m venv $venv ($(python3 --version))"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+fi
+step "$venv/bin/pip install -e .[test,lint] (log $log_dir/pip.log)"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,lint]" >"$log_dir/pip.log" 2>&1 \
+  || { tail -20 "$log_dir/pip.log"; exit 1; }
+
+# The project's own command on PATH, from any directory: a link to the venv's script (which runs the venv's Python),
+# where root may put one and nothing else of that name is there. invoke stays the venv's: .venv/bin/invoke.
+link=/usr/local/bin/ascend-images
+if [ -w "$(dirname "$link")" ] && { [ ! -e "$link" ] || [ -L "$link" ]; }; then
+  ln -sfn "$PWD/$venv/bin/ascend-images" "$link"
+fi
+step "python ready: $("$venv/bin/python" --version) in $venv; $("$venv/bin/ascend-images" --version)"

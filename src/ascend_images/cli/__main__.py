@@ -1,0 +1,3 @@
+from ascend_images.cli.program import main
+
+main()

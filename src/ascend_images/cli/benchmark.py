@@ -1,0 +1,79 @@
+"""`bench`: build and start-up figures of a selection, measured in one run (the bench wing does the measuring)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from ascend_images.checkout import revision
+from ascend_images.cli.build import base_images
+from ascend_images.cli.options import InputFlags, Selection, SourceFlags, env_flag, whole_number
+from ascend_images.cli.project import project_path
+from ascend_images.cli.taskdef import INPUTS, SELECTION, SOURCES, run_body, task
+from ascend_images.console import Steps
+from ascend_images.matrix.model import parse_env_overrides
+from ascend_images.matrix.rules import enforce
+
+Out = Callable[[str], None]
+
+
+@task(groups=(SELECTION, SOURCES.without("cache_dir", "state_dir"), INPUTS),
+      defaults={"device": "a3", "backend": "vllm,sglang", "release": "cann8.5.0-pt2.8.0"},
+      help={"json": "where to write the JSON report (default: the project's build/bench.json)",
+            "release": "default cann8.5.0-pt2.8.0: a release with both backends, so they share base, CANN and torch",
+            "namespace": "repository namespace of the bench's tags (default ascend-images-bench)",
+            "work_dir": "where contexts, logs and reports go (default: the project's build/)",
+            "runs": "start-up timing runs, a number (median; default 7)",
+            "quick": "derive each-variant-alone times from the cold build's stage times instead of rebuilding",
+            "stage_cache": "REGISTRY/NAMESPACE: the cold build pushes its stages there and the fleet figure is "
+                           "measured (a second, empty engine builds the selection pulling them); or set "
+                           "ASCEND_IMAGES_STAGE_CACHE",
+            "stage_cache_read_only": "with --stage-cache: the cold build pushes nothing; the fleet build pulls what "
+                                     "the cache already holds",
+            "fleet_engine": "DOCKER_HOST of an existing, empty engine for the fleet build (default: a scratch "
+                            "dockerd started and removed here, which needs root)"})
+def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=None, json=None, runs="7", quick=False,
+          stage_cache=None, stage_cache_read_only=False, fleet_engine=None):
+    """Measure cold, fleet (with --stage-cache), shared, no-op and incremental builds, sizes, dive efficiency and
+    start-up cost."""
+    run_body(bench_selection, sel, sources, inputs, print, json_path=Path(project_path(json, "build/bench.json")),
+             work_dir=Path(project_path(work_dir, "build")), namespace=namespace,
+             runs=run_body(whole_number, "--runs", runs, 1), measure_alone=not quick,
+             stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
+             stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine)
+
+
+def bench_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, json_path: Path,
+          work_dir: Path = Path("build"), namespace: str = "ascend-images-bench", runs: int = 7,
+          measure_alone: bool = True, stage_cache: str | None = None, stage_cache_read_only: bool = False,
+          fleet_engine: str | None = None) -> dict:
+    """`invoke bench`; with a stage cache, the cold build pushes there and the fleet build (a second, empty engine:
+    a scratch dockerd here, or `fleet_engine`) is measured pulling from it."""
+    from ascend_images.bench.run import run_bench, table
+    from ascend_images.bench.setup import STEPS, BenchSetup
+    from ascend_images.builder.build import BuildSettings
+    from ascend_images.builder.engine import connect, image_exists
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    steps = Steps("bench", STEPS)
+    enforce(variants, warn=steps.warn)
+    client = connect()
+    # every selection flag, so an overlay (profile, allocator, --env) over shared stages can be measured too
+    selection = {"device": sel.device, "backend": sel.backend, "release": sel.release, "os": sel.os,
+                 "arch": sel.arch, "python": sel.python, "profile": sel.profile,
+                 "env": parse_env_overrides(sel.env), "allocator": sel.allocator}
+    settings = BuildSettings(flags.sources(matrix), input_flags.inputs(flags.index_credentials()), work_dir,
+                             revision=revision())
+    setup = BenchSetup(client, settings, Path(sel.matrix_path), selection,
+                       base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out,
+                       stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,
+                       steps=steps)
+    report = run_bench(setup, runs=runs, measure_alone=measure_alone)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    out("")
+    out(table(report))
+    out(f"\nJSON: {json_path}")
+    return report

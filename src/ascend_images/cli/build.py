@@ -1,0 +1,324 @@
+"""The build area: what may be built (matrix, env), its Dockerfiles (render), building it (build, os-image) and
+testing the images (test)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ascend_images import DEFAULT_NAMESPACE
+from ascend_images.checkout import revision
+from ascend_images.cli.options import InputFlags, Selection, SourceFlags, checked_path, whole_number
+from ascend_images.cli.project import project_path
+from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
+from ascend_images.console import note
+from ascend_images.errors import SelectionError
+from ascend_images.matrix.envs import effective_env
+from ascend_images.matrix.model import Variant, all_variants, load_matrix
+from ascend_images.matrix.rules import RULES, enforce, evaluate
+from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
+from ascend_images.stages.kinds import KINDS
+from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
+from ascend_images.stages.render import Renderer
+
+Out = Callable[[str], None]
+BUILD_HELP = {
+    "base_image": "FROM this image for the base stage (default: ascend-images/os:<os>-<arch> if present)",
+    "namespace": "repository namespace of the tags (default ascend-images)",
+    "work_dir": "where contexts, logs and reports go (default: the project's build/)",
+    "force": "rebuild every stage even when an image carries its content key",
+    "jobs": "stages built at once (default 1); siblings such as vllm and sglang on one torch build side by side",
+    "fetch": "run `invoke fetch` for the selection first, then build from the cache",
+    "stage_cache": "REGISTRY/NAMESPACE shared stage store: pull a stage found there by content key instead of "
+                   "building it, push what is built (or set ASCEND_IMAGES_STAGE_CACHE)",
+    "stage_cache_read_only": "with --stage-cache: pull only, push nothing (e.g. CI on pull requests)",
+}
+
+
+def check_rules(variants: list[Variant]) -> None:
+    """The rules' errors stop the command; their warnings are notes (stderr), never mixed into results."""
+    enforce(variants, warn=note)
+
+
+# --- matrix ---------------------------------------------------------------------------------------------------------
+@task(groups=(SELECTION,))
+def matrix(c, sel):
+    """Releases and the variants of matrix.yaml (all, or the selection's), with their compatibility status."""
+    exit_with(run_body(show_matrix, sel, print))
+
+
+def show_matrix(sel: Selection, out: Out) -> int:
+    """Every variant, or those the selection flags name (each value checked, as every task checks it)."""
+    matrix = sel.load()
+    variants = sel.variants(matrix) if sel.narrows() else all_variants(matrix)
+    violations = evaluate(variants)
+    by_variant: dict[str, list[str]] = {}
+    for v in violations:
+        by_variant.setdefault(v.variant, []).append(f"{v.rule.severity}:{v.rule.id}")
+    out(f"{matrix.path}: {len(matrix.spec.releases)} releases, {len(variants)} variants, {len(RULES)} rules\n")
+    out(f"{'release':28} {'cann':8} {'hdk>=':9} {'torch':7} {'torch_npu':13} {'python':15} backends")
+    for name, rel in matrix.spec.releases.items():
+        backends = []
+        for b in sorted(rel.backends.model_fields_set):
+            pins = getattr(rel.backends, b)
+            backends.append(b if not hasattr(pins, "model_dump") else
+                            f"{b}({', '.join(f'{k}={v}' for k, v in pins.model_dump().items() if isinstance(v, str))})")
+        for fw, fw_pins in rel.frameworks.items():
+            state = f"blocked: {fw_pins.blocked.split(',')[0]}..." if fw_pins.blocked else "ok"
+            backends.append(f"{fw}={fw_pins.version} over {'/'.join(fw_pins.backends)} ({state})")
+        pair = matrix.spec.torch.pairs[rel.torch_npu]
+        hdk = rel.hdk_floor or matrix.spec.cann.releases[rel.cann].hdk_floor
+        out(f"{name:28} {rel.cann:8} {hdk:9} {pair.torch:7} {rel.torch_npu:13} {','.join(rel.python):15} "
+            f"{' '.join(backends)}")
+    out("")
+    out(f"{'variant':70} status")
+    errors = 0
+    for v in variants:
+        marks = by_variant.get(v.name, [])
+        errors += any(m.startswith("error") for m in marks)
+        out(f"{v.name:70} {'ok' if not marks else ' '.join(marks)}")
+    out(f"\n{len(variants) - len(by_variant)} clean, {len(by_variant)} with findings, {errors} with errors")
+    return 1 if errors else 0
+
+
+# --- env ------------------------------------------------------------------------------------------------------------
+@task(groups=(SELECTION,), help={"json": "print one JSON list, one entry per variant"})
+def env(c, sel, json=False):
+    """The environment a variant's image carries: name, value, layer and source."""
+    run_body(show_env, sel, print, json)
+
+
+def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
+    """--json prints one document, always a list (one entry per variant), since a selection may hold several and a
+    reader should not have to guess the shape; the rules' warnings go to stderr either way."""
+    variants = sel.variants()
+    check_rules(variants)
+    if as_json:
+        out(json.dumps([{"variant": v.name, "variables": {k: e.as_dict() for k, e in effective_env(v).items()}}
+                        for v in variants], indent=2))
+        return 0
+    for v in variants:
+        env = effective_env(v)
+        out(f"# {v.name} (profile {v.profile})")
+        out(f"{'NAME':48} {'VALUE':28} {'LAYER':18} SOURCE")
+        for e in env.values():
+            over = f"  (overrides {', '.join(f'{layer}={value}' for layer, value in e.overrides)})" if e.overrides \
+                else ""
+            out(f"{e.name:48} {e.value:28} {e.layer:18} {e.source}{over}")
+        out("# plus what the CANN env scripts set, captured at build time: " + "; ".join(v.env_scripts))
+    return 0
+
+
+# --- render ---------------------------------------------------------------------------------------------------------
+@task(groups=(SELECTION, SOURCES.without("cache_dir", "state_dir")),
+      help={"out": "output directory (default: the project's build/contexts)",
+            "base_image": BUILD_HELP["base_image"], "namespace": BUILD_HELP["namespace"],
+            "check": "compare the committed rendered/ Dockerfiles with what the matrix renders now (exit 1 on drift)",
+            "update": "rewrite rendered/ (what CI publishes and every default image) from the matrix"})
+def render(c, sel, sources, out=None, base_image=None, namespace=DEFAULT_NAMESPACE, check=False, update=False):
+    """Render the build context (Dockerfile and files) of every stage of the selection; or check/update the
+    committed Dockerfiles."""
+    if check or update:
+        exit_with(run_body(committed_renderings, sel, print, update=update, check=check))
+        return
+    target = run_body(checked_path, "--out", project_path(out, "build/contexts"), "dir-to-make")
+    run_body(render_selection, sel, sources, target, print, namespace, base_image)
+
+
+def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out,
+                     namespace: str = DEFAULT_NAMESPACE, base_image: str | None = None) -> BuildPlan:
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants)
+    sources = flags.sources(matrix, strict=False)
+    plan = make_plan(variants, PlanOptions(sources.cann, namespace, base_images(variants, base_image)))
+    renderer = Renderer()
+    # render everything in memory first: a failure leaves no new directory behind
+    rendered = []
+    for stage in plan.stages:
+        ctx, files = renderer.context(stage, sources)
+        rendered.append((stage, ctx, files, renderer.render_text(stage, ctx)))
+    for stage, ctx, files, dockerfile in rendered:
+        path = renderer.write(stage, out_dir, ctx, files, dockerfile)
+        out(f"{stage.kind:13} {stage.tag:80} {path}")
+    for stage, ctx, _, _ in rendered:
+        if ctx.get("lock", {}).get("missing"):
+            note(f"note: {stage.tag}: no fresh lock, a build would stop here: {ctx['lock']['missing']}")
+    if any("sha256-missing" in dockerfile for _, _, _, dockerfile in rendered):
+        note("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
+             "(--checksums FILE, or --cann-dir/--artifacts-dir)")
+    return plan
+
+
+def committed_renderings(sel: Selection, out: Out, update: bool = False, check: bool = False) -> int:
+    """`render --check | --update`: the committed rendered/ Dockerfiles (every selection flag but --matrix is
+    refused: the committed set is the matrix's, not a selection's)."""
+    from ascend_images.stages import drift as rendered
+
+    if check and update:
+        # --update would rewrite what --check is asked to compare, so the check could never fail
+        raise SelectionError("--check and --update contradict each other: --check compares rendered/ with the "
+                             "matrix (exit 1 on drift), --update rewrites it; pass one of them")
+    given = sel.narrows()
+    if given:
+        raise SelectionError(f"--{given[0]} narrows the selection, and --check/--update always cover every committed "
+                             "Dockerfile (rendered/ holds what CI publishes and every default): leave it out")
+    if update:
+        count, directory = rendered.update(sel.matrix_path)
+        out(f"wrote {count} Dockerfiles to {directory}")
+        return 0
+    result, directory = rendered.drift(sel.matrix_path)
+    if result.clean:
+        out(f"{directory}: up to date with matrix.yaml and images/")
+        return 0
+    out(result.diff[:20000])
+    out(result.summary(directory))
+    return 1
+
+
+def base_images(variants: Iterable[Variant], explicit: str | None,
+                exists: Callable[[str], bool] | None = None) -> dict[tuple[str, str], str]:
+    """(os, arch) -> the image the base stage starts FROM.
+
+    --base-image wins; else a locally made `ascend-images/os:<os>-<arch>` (invoke os-image) when the
+    engine has it; else the matrix's image for that OS.
+    """
+    from ascend_images.inputs.osimage import local_os_image
+
+    pairs = sorted({(v.os, v.arch) for v in variants})
+    if explicit is not None and not explicit.strip():
+        raise SelectionError("--base-image is empty: name the image the base stage starts FROM, or leave it out")
+    if explicit and len(pairs) > 1:
+        raise SelectionError(
+            f"--base-image names one image but the selection spans {len(pairs)} OS/arch pairs "
+            f"({', '.join(f'{o}/{a}' for o, a in pairs)}); select one --os and one --arch"
+        )
+    out = {}
+    for v in variants:
+        key = (v.os, v.arch)
+        if explicit:
+            out[key] = explicit
+            continue
+        local = local_os_image(v.os, v.arch_spec.debian_arch)
+        out[key] = local if exists and exists(local) else v.os_spec.image
+    return out
+
+
+# --- build ----------------------------------------------------------------------------------------------------------
+@task(groups=(SELECTION, SOURCES, INPUTS), help=BUILD_HELP)
+def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir=None,
+          force=False, jobs="1", stage_cache=None, stage_cache_read_only=False):
+    """Build the selection's images on the local Docker engine (shared stages built once)."""
+    from ascend_images.cli.options import env_flag
+
+    run_body(build_selection, sel, sources, inputs, print, work_dir=Path(project_path(work_dir, "build")),
+             namespace=namespace, base_image=base_image, force=force, fetch=fetch,
+             jobs=run_body(whole_number, "--jobs", jobs, 1),
+             stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
+             stage_cache_read_only=stage_cache_read_only)
+
+
+def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
+                    work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
+                    base_image: str | None = None, force: bool = False,
+                    fetch: bool = False, jobs: int = 1, stage_cache: str | None = None,
+                    stage_cache_read_only: bool = False) -> tuple[BuildPlan, list]:
+    """Validate everything, then build; returns (plan, results)."""
+    if jobs < 1:
+        raise SelectionError(f"--jobs {jobs}: at least 1 (stages built at once)")
+    from ascend_images.builder.build import Builder, BuildSettings
+    from ascend_images.builder.engine import connect, image_exists
+    from ascend_images.cli.inputs import fetch_selection
+
+    matrix = sel.load()
+    variants = sel.variants(matrix)
+    check_rules(variants)
+    if fetch:
+        fetch_selection(sel, flags, out)
+    sources = flags.sources(matrix)
+    doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
+                                       ("artifacts", sources.artifacts.test_double)) if used]
+    if doubles and namespace == DEFAULT_NAMESPACE:
+        raise SelectionError(f"the {' and '.join(doubles)} are test doubles (tests/fixtures): build them under "
+                             f"a namespace of their own, e.g. --namespace {DEFAULT_NAMESPACE}-demo, so their tags "
+                             "never look like a real build's")
+    inputs = input_flags.inputs(flags.index_credentials())
+    client = connect()
+    bases = base_images(variants, base_image, lambda ref: image_exists(client, ref))
+    plan = make_plan(variants, PlanOptions(sources.cann, namespace, bases))
+    # resolve every download and lock before the first stage starts, so a missing checksum or a stale lock fails in
+    # seconds, not after an hour of CANN and torch
+    renderer = Renderer()
+    for stage in plan.stages:
+        if not KINDS[stage.kind].captures_env:  # needs the env captured from its built parent image
+            renderer.context(stage, sources)
+    out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
+    for stage in plan.stages:
+        out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
+    settings = BuildSettings(sources, inputs, work_dir, force=force, revision=revision(), jobs=jobs,
+                             stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only)
+    builder = Builder(client, settings, out=out)
+    results = builder.build(plan)
+    for v in variants:
+        out(f"image for {v.name}: {plan.top(v).tag}")
+    return plan, results
+
+
+# --- os-image -------------------------------------------------------------------------------------------------------
+@task(name="os-image", help={"os": "debian12", "arch": "x86_64 or aarch64 (foreign arches need qemu-user-static)",
+                             "mirror": "Debian mirror (default deb.debian.org)", "matrix": MATRIX_HELP})
+def os_image(c, os="debian12", arch="aarch64", mirror=None, matrix=None):
+    """Make the OS base image locally with debootstrap (for hosts with no registry)."""
+    run_body(make_os_image, project_path(matrix, "matrix.yaml"), os, arch, print, mirror)
+
+
+def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: str | None = None,
+                  work_dir: Path | None = None) -> str:
+    from ascend_images.builder.engine import connect
+    from ascend_images.inputs.osimage import make_os_image as make
+    from ascend_images.inputs.osimage import os_image_spec
+
+    spec = os_image_spec(load_matrix(checked_path("--matrix", matrix_path, "file")), os_name, arch, mirror)
+    client = connect()
+    out(f"debootstrap {spec.suite} ({spec.docker_arch}) from {spec.public_mirror} -> {spec.tag}")
+    tag = make(client, spec, (work_dir or Path(project_path(None, "build"))) / "logs")
+    out(f"loaded {tag}")
+    return tag
+
+
+# --- test -----------------------------------------------------------------------------------------------------------
+@task(groups=(SELECTION, SOURCES, INPUTS),
+      help={"image": "test this existing image (repeatable)", "namespace": BUILD_HELP["namespace"],
+            "work_dir": BUILD_HELP["work_dir"], "stage_cache": BUILD_HELP["stage_cache"]},
+      iterable=["image"])
+def test(c, sel, sources, inputs, image=None, namespace=DEFAULT_NAMESPACE, work_dir=None, stage_cache=None):
+    """Build what is missing, then run the image test suite against each image of the selection."""
+    from ascend_images.cli.options import env_flag
+
+    results = run_body(run_image_tests, sel, sources, inputs, print, images=list(image or []),
+                       work_dir=Path(project_path(work_dir, "build")), namespace=namespace,
+                       stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"))
+    exit_with(0 if all(r.ok for r in results) else 1)
+
+
+def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
+                    work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
+                    stage_cache: str | None = None) -> list[ImageTestResult]:
+    if any(not i.strip() for i in images):
+        raise SelectionError("--image is empty: give an image reference to test (e.g. ascend/sglang:tag), or leave "
+                             "--image out to test the selection's images")
+    if not images:
+        plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace,
+                                  stage_cache=stage_cache)
+        images = [plan.top(v).tag for v in sel.variants()]
+    results = []
+    for image in images:
+        out(f"testing {image}")
+        results.append(run_image_suite(image, work_dir))
+    out(f"\n{'image':90} {'passed':>6} {'failed':>6} {'skipped':>7}")
+    for r in results:
+        out(f"{r.image:90} {r.passed:6} {len(r.failed):6} {r.skipped:7}")
+        for name in r.failed:
+            out(f"    FAILED {name}")
+    return results

@@ -1,0 +1,17 @@
+"""Every task of the project, in one invoke Collection: what `invoke` (through tasks.py) and `ascend-images` run."""
+
+from __future__ import annotations
+
+from invoke import Collection
+
+from ascend_images.cli import benchmark, build, inputs, lint, readme, release, run
+
+AREAS = (build, run, inputs, release, benchmark, lint, readme)
+
+
+def tasks() -> Collection:
+    collection = Collection()
+    for area in AREAS:
+        for task in Collection.from_module(area).tasks.values():
+            collection.add_task(task)
+    return collection

@@ -1,0 +1,155 @@
+"""`ascend-images`: the project's own command (DESIGN 18), invoke's Program over the very tasks `invoke` runs
+(cli.collection, which tasks.py hands to invoke too).
+
+It shows and takes only the project's options (`--help`, `--version`, `--list`, `--project DIR`, completion); invoke's
+options for running shell commands (`--echo`, `--pty`, `--dry`...) mean nothing to an image build tool and are
+refused. Usage errors (an unknown task or flag, a missing argument) are one line naming the nearest candidates and
+exit 2, as value errors do, in `invoke` too (tasks.py installs the same handling).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+
+from invoke import Exit, Program
+from invoke.exceptions import ParseError
+from invoke.parser import Argument
+
+from ascend_images.checkout import describe, file_sha256, templates_missing, version
+from ascend_images.cli.project import ProjectNotFound, find_root, set_root
+from ascend_images.cli.taskdef import USAGE_ERROR
+
+NAME = "ascend-images"
+UNKNOWN = re.compile(r"^No idea what (.+) is!$")  # invoke's parser's words for a token it cannot place
+NEEDS_VALUE = re.compile(r"^Flag '(.+)' needed value and was given none!$")
+MISSING_POSITIONAL = re.compile(r"^'(.+)' did not receive required positional arguments: (.+)$")
+# invoke's core options an image build tool offers; the others (run()'s echo, pty, dry, warn-only, hide, sudo,
+# timeouts, config files, bytecode writing, debug) are refused when given
+OWN_CORE = ("help", "version", "list", "list-format", "list-depth", "project", "complete", "print-completion-script")
+
+
+# --- --version ----------------------------------------------------------------------------------------------------
+def version_line() -> str:
+    try:
+        matrix = find_root() / "matrix.yaml"
+        digest = f"sha256:{file_sha256(matrix)[:12]}"
+    except (ProjectNotFound, OSError):
+        digest = "none (no project here)"
+    installed = " (installed without its checkout)" if templates_missing() else ""
+    return f"{NAME} {version()}{installed} (commit {describe()}, matrix.yaml {digest})"
+
+
+# --- usage errors, one line each ----------------------------------------------------------------------------------
+def nearest(word: str, candidates: Iterable[str]) -> list[str]:
+    return difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=0.6)
+
+
+def explain(error: ParseError, program: Program) -> str:
+    """invoke's parse error as one sentence: an unknown token names the nearest flags of the task being parsed (for a
+    flag) or the nearest task names; a flag without its value and a missing argument say what is needed."""
+    text = str(error)
+    binary = program.binary
+    context = getattr(error, "context", None)
+    if found := NEEDS_VALUE.match(text):
+        return f"{found[1]} needs a value (`{binary} --help {context.name if context and context.name else ''}`)"
+    if found := MISSING_POSITIONAL.match(text):
+        return f"{found[1]} needs {found[2].replace(chr(39), '').upper()} (`{binary} --help {found[1]}`)"
+    found = UNKNOWN.match(text)
+    if not found:
+        return text
+    try:
+        token = str(ast.literal_eval(found[1]))
+    except (ValueError, SyntaxError):
+        token = found[1]
+    if token.startswith("-") and context is not None and context.name:
+        flags = [f for f in (*context.flags, *context.inverse_flags) if f.startswith("--")]
+        close = nearest(token, flags)
+        return f"{context.name} has no flag {token}{_did_you_mean(close)} (`{binary} --help {context.name}` lists them)"
+    if token.startswith("-"):
+        return f"{binary} has no option {token} (`{binary} --help` lists them)"
+    parser = getattr(program, "parser", None)
+    tasks = list(parser.contexts) if parser is not None else list(program.collection.task_names)
+    close = nearest(token, tasks)
+    return f"no task named {token!r}{_did_you_mean(close)} (`{binary} --list` lists them)"
+
+
+def _did_you_mean(close: list[str]) -> str:
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def _explaining(parse: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(parse)
+    def wrapper(self: Program, *args: object) -> None:
+        try:
+            parse(self, *args)
+        except ParseError as exc:
+            raise Exit(f"error: {explain(exc, self)}", code=USAGE_ERROR) from None
+
+    wrapper.explaining = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install_suggestions(program_class: type[Program] = Program) -> None:
+    """Make a Program's usage errors one line with the nearest candidates, and exit 2. `invoke` loads tasks.py before
+    it parses the tasks part of its command line, so tasks.py calling this still changes `invoke biuld`."""
+    for name in ("parse_core", "parse_tasks", "parse_cleanup"):  # core options, task names and flags, --help TASK
+        method = getattr(program_class, name)
+        if not getattr(method, "explaining", False):
+            setattr(program_class, name, _explaining(method))
+
+
+class AscendImagesProgram(Program):
+    def core_args(self) -> list[Argument]:
+        return [*super().core_args(),
+                Argument(names=("project",), help="the project directory (default: the current directory or the "
+                                                  "nearest parent holding matrix.yaml, else the checkout this "
+                                                  "command was installed from; or set ASCEND_IMAGES_PROJECT)")]
+
+    def parse_core(self, argv: list[str] | None) -> None:
+        super().parse_core(argv)
+        for name, argument in self.args.items():
+            if name not in OWN_CORE and argument.got_value:
+                raise Exit(f"error: {NAME} has no option --{name} (`{NAME} --help` lists its options)",
+                           code=USAGE_ERROR)
+        missing = templates_missing()
+        if missing and not self.args.version.value:
+            raise Exit(f"error: {missing}", code=USAGE_ERROR)
+        given = self.args.project.value
+        if given is not None:
+            try:
+                set_root(find_root(given))
+            except ProjectNotFound as exc:
+                raise Exit(f"error: {exc}", code=USAGE_ERROR) from None
+
+    def print_help(self) -> None:
+        print(f"Usage: {self.binary} [--project DIR] <task> [--task-options] ...")
+        print("")
+        print("Options:")
+        print("")
+        own = [t for t in self.initial_context.help_tuples() if set(re.findall(r"--([a-z-]+)", t[0])) & set(OWN_CORE)]
+        self.print_columns(own)
+        self.list_tasks()
+
+    def print_version(self) -> None:
+        print(version_line())
+
+
+def main(argv: list[str] | None = None) -> None:
+    from ascend_images.cli.collection import tasks
+
+    install_suggestions()
+    try:
+        AscendImagesProgram(name=NAME, binary=NAME, binary_names=[NAME], namespace=tasks(), version=version()).run(argv)
+    except BrokenPipeError:  # `ascend-images ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
