@@ -13,6 +13,10 @@ class MatrixError(AscendImagesError):
     def __init__(self, path: str, problems: list[str]):
         self.path = path
         self.problems = problems
+        if len(problems) == 1:  # one line, naming the file (a YAML problem names its line and column too)
+            problem = problems[0]
+            super().__init__(problem if problem.startswith(f"{path}:") else f"{path}: {problem}")
+            return
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{path}: {len(problems)} problem(s):\n{lines}")
 

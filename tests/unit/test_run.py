@@ -368,8 +368,10 @@ AWKWARD = {
     "QUOTES": ("say \"hi\" and 'bye'", "say \"hi\" and 'bye'", "say \"hi\" and 'bye'"),
     "COLON": ("key: value", "key: value", "key: value"),
     "HASH": ("a # not a comment", "a # not a comment", "a # not a comment"),
-    "DOLLAR": ("cost $HOME and ${PATH}", "cost $$HOME and $${PATH}", "cost $HOME and ${PATH}"),
+    "DOLLAR": ("cost $HOME and ${PATH}", "cost $$HOME and $${PATH}", "cost $$HOME and $${PATH}"),
     "K8S_REF": ("$(HOME)/x", "$$(HOME)/x", "$$(HOME)/x"),
+    "DOUBLED": ("a$$b", "a$$$$b", "a$$$$b"),
+    "TRAILING": ("cost 5$", "cost 5$$", "cost 5$$"),
     "UNICODE": ("Grüße 中文 ✓", "Grüße 中文 ✓", "Grüße 中文 ✓"),
     "BOOL_LIKE": ("no", "no", "no"),
 }
@@ -387,7 +389,7 @@ def test_awkward_values_round_trip_through_compose_and_k8s():
     container = pod["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert {k: env[k] for k in AWKWARD} == {k: k8s for k, (_, _, k8s) in AWKWARD.items()}
-    assert container["args"] == ["echo", "$HOME: $$(HOME) # x"]
+    assert container["args"] == ["echo", "$$HOME: $$(HOME) # x"]
 
 
 def test_a_newline_in_an_env_value_is_refused():

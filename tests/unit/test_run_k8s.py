@@ -7,6 +7,8 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ascend_images.cli.options import RunFlags, Selection
 from ascend_images.cli.run import run_image
@@ -201,3 +203,47 @@ def test_run_image_needs_a_device_for_an_image_ref(capsys):
 def test_format_flags_are_checked(flags, message):
     with pytest.raises(RunError, match=message.replace("[", "\\[")):
         printed(Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="sglang"), flags)
+
+
+def kubernetes_expand(text: str, defined: dict[str, str]) -> str:
+    """What the kubelet makes of an env value or arg, written from Kubernetes' own rules
+    (third_party/forked/golang/expansion/expand.go): `$$` is `$`; `$(NAME)` is NAME's value when NAME is defined
+    (left as written otherwise); an unclosed `$(` and a `$` before anything else stay as they are."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+        elif text[i + 1] == "$":
+            out.append("$")
+            i += 2
+        elif text[i + 1] == "(" and ")" in text[i + 2:]:
+            end = text.index(")", i + 2)
+            name = text[i + 2:end]
+            out.append(defined.get(name, f"$({name})"))
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def test_the_expander_matches_kubernetes_documented_cases():
+    # the cases Kubernetes' documentation gives (Define dependent environment variables), by hand
+    assert kubernetes_expand("$(HOME)/x", {"HOME": "/root"}) == "/root/x"
+    assert kubernetes_expand("$$(HOME)/x", {"HOME": "/root"}) == "$(HOME)/x"
+    assert kubernetes_expand("$(UNSET)", {}) == "$(UNSET)"
+    assert kubernetes_expand("a$$b", {}) == "a$b"
+    assert kubernetes_expand("cost 5$", {}) == "cost 5$"
+
+
+@settings(max_examples=300, deadline=None)
+@given(typed=st.text(alphabet="$()ABC x", max_size=20))
+def test_what_the_user_typed_reaches_the_container(typed):
+    """Whatever the user typed with --env and after `--`, the kubelet hands the container exactly that."""
+    spec = RunSpec("repo/img:tag", ("echo", typed), (0,), env={"X": typed})
+    container = yaml.safe_load(k8s_yaml(spec, "huawei.com/Ascend910"))["spec"]["containers"][0]
+    defined = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: kubernetes_expand(e["value"], defined) for e in container["env"]}
+    assert env["X"] == typed
+    assert [kubernetes_expand(a, defined) for a in container["args"]] == ["echo", typed]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.checkout import revision
-from ascend_images.cli.options import InputFlags, Selection, SourceFlags, checked_path, whole_number
+from ascend_images.cli.options import InputFlags, Selection, SourceFlags, checked_path, output_path, whole_number
 from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import note
@@ -122,7 +122,7 @@ def render(c, sel, sources, out=None, base_image=None, namespace=DEFAULT_NAMESPA
     if check or update:
         exit_with(run_body(committed_renderings, sel, print, update=update, check=check))
         return
-    target = run_body(checked_path, "--out", project_path(out, "build/contexts"), "dir-to-make")
+    target = run_body(output_path, "--out", out, "build/contexts")
     run_body(render_selection, sel, sources, target, print, namespace, base_image)
 
 
@@ -212,8 +212,9 @@ def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAU
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     from ascend_images.cli.options import env_flag
 
-    run_body(build_selection, sel, sources, inputs, print, work_dir=Path(project_path(work_dir, "build")),
-             namespace=namespace, base_image=base_image, force=force, fetch=fetch,
+    run_body(build_selection, sel, sources, inputs, print,
+             work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
+             base_image=base_image, force=force, fetch=fetch,
              jobs=run_body(whole_number, "--jobs", jobs, 1),
              stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
              stage_cache_read_only=stage_cache_read_only)
@@ -270,7 +271,8 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
                              "mirror": "Debian mirror (default deb.debian.org)", "matrix": MATRIX_HELP})
 def os_image(c, os="debian12", arch="aarch64", mirror=None, matrix=None):
     """Make the OS base image locally with debootstrap (for hosts with no registry)."""
-    run_body(make_os_image, project_path(matrix, "matrix.yaml"), os, arch, print, mirror)
+    run_body(make_os_image, project_path(matrix, "matrix.yaml"), os, arch, print, mirror,
+             run_body(output_path, "--work-dir", None, "build"))
 
 
 def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: str | None = None,
@@ -297,7 +299,7 @@ def test(c, sel, sources, inputs, image=None, namespace=DEFAULT_NAMESPACE, work_
     from ascend_images.cli.options import env_flag
 
     results = run_body(run_image_tests, sel, sources, inputs, print, images=list(image or []),
-                       work_dir=Path(project_path(work_dir, "build")), namespace=namespace,
+                       work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
                        stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"))
     exit_with(0 if all(r.ok for r in results) else 1)
 

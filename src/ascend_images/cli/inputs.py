@@ -7,8 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ascend_images.cli.options import LockFlags, Selection, SourceFlags, whole_number
-from ascend_images.cli.project import project_path
+from ascend_images.cli.options import LockFlags, Selection, SourceFlags, output_path, whole_number
 from ascend_images.cli.taskdef import MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import Steps, note
 from ascend_images.errors import AscendImagesError, SelectionError
@@ -55,7 +54,7 @@ def lock(c, release=None, backend=None, arch=None, check=False, index_url=None, 
         run_body(checked_index_url, "--extra-index-url", url)
     if torch_index_url:
         run_body(checked_index_url, "--torch-index-url", torch_index_url)
-    cache = Path(project_path(work_dir, "build")) / "cache" / "sdists"
+    cache = run_body(output_path, "--work-dir", work_dir, "build") / "cache" / "sdists"
     exit_with(run_body(make_locks, Selection(matrix), flags, print, check=check, cache_dir=cache))
 
 
@@ -85,7 +84,7 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
     if flags.artifacts_dir:  # those come from the directory the user named
         wanted = [w for w in wanted if w.mount != "artifacts"]
     cache = flags.cache()
-    out(f"fetch: {len(wanted)} file(s) for {len(variants)} variant(s) into {cache}")
+    note(f"fetch: {len(wanted)} file(s) for {len(variants)} variant(s) into {cache}")
     given = parse_checksums(Path(flags.checksums)) if flags.checksums else {}
     results = fetch_all(matrix, wanted, cache, out, checksums=given, stream=stream, record=record, steps=steps,
                         state_dir=flags.trust_record().parent)
@@ -143,7 +142,7 @@ def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache
     steps = steps or Steps("lock")
     steps.total = len(specs) + len(frameworks)
     failed = skipped = 0
-    maker = LockMaker(out, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
+    maker = LockMaker(note, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
                       tuple(flags.extra_index_urls), pins=read_pins(pins_path(matrix)))
     for spec in specs:
         path = spec.path(root)
@@ -220,7 +219,7 @@ def _framework_lock(v: Variant, root: Path, out: Out, *, check: bool, index_url:
             out(f"ok      {where}")
             return 0
         started = time.monotonic()
-        written = make_framework_lock(spec, root, out, cache_dir, index_url)
+        written = make_framework_lock(spec, root, note, cache_dir, index_url)
         out(f"wrote   {where}: {len(parse_lock(written).pins)} packages ({time.monotonic() - started:.1f}s)")
         return 0
     except AscendImagesError as exc:

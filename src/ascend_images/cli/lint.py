@@ -13,8 +13,7 @@ from pathlib import Path
 
 from ascend_images import console
 from ascend_images.checkout import ROOT as PROJECT_ROOT
-from ascend_images.cli.options import Selection, SourceFlags
-from ascend_images.cli.project import project_path
+from ascend_images.cli.options import Selection, SourceFlags, output_path
 from ascend_images.cli.taskdef import MATRIX_HELP, exit_with, run_body, task
 from ascend_images.console import Steps, fmt_seconds
 from ascend_images.errors import AscendImagesError
@@ -33,7 +32,7 @@ Out = Callable[[str], None]
 def lint_task(c, matrix=None, work_dir=None):
     """ruff; the import contract; hadolint on every rendered Dockerfile of every release; the committed rendered/
     Dockerfiles; actionlint and zizmor on the workflow."""
-    exit_with(run_body(lint, Selection(matrix), print, Path(project_path(work_dir, "build"))))
+    exit_with(run_body(lint, Selection(matrix), print, run_body(output_path, "--work-dir", work_dir, "build")))
 
 
 def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Steps | None = None) -> int:

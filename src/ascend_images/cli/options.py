@@ -23,7 +23,7 @@ from ascend_images.inputs.sources import (
 )
 from ascend_images.matrix.model import Matrix, Variant, control_character, load_matrix, parse_env_overrides, select
 
-PathKind = Literal["file", "dir", "dir-to-make"]
+PathKind = Literal["file", "dir", "dir-to-make", "file-to-write"]
 
 
 def shown(value: str) -> str:
@@ -37,8 +37,13 @@ def checked_path(flag: str, value: str, kind: PathKind) -> Path:
     kind and can be read (a directory to make: its nearest existing parent can be written). An empty value is no
     path: Path("") would be the current directory."""
     if not value.strip():
-        raise SelectionError(f"{flag} is empty: give a {'file' if kind == 'file' else 'directory'} path")
+        raise SelectionError(f"{flag} is empty: give a {'file' if kind.startswith('file') else 'directory'} path")
     path = Path(value)
+    if kind == "file-to-write":
+        if path.is_dir():
+            raise SelectionError(f"{flag} {shown(value)}: a directory, not a file")
+        checked_path(flag, str(path.parent), "dir-to-make")
+        return path
     value = shown(value)
     if kind == "dir-to-make":
         parent = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
@@ -58,6 +63,12 @@ def checked_path(flag: str, value: str, kind: PathKind) -> Path:
     if not os.access(path, os.R_OK):
         raise SelectionError(f"{flag} {value}: not readable")
     return path
+
+
+def output_path(flag: str, value: str | None, default: str, kind: PathKind = "dir-to-make") -> Path:
+    """Where a task writes: the flag's path as given, or its default inside the project; checked before anything
+    is written (never empty, never into a file, writable)."""
+    return checked_path(flag, project_path(value, default), kind)
 
 
 def whole_number(flag: str, value: str | int, minimum: int, maximum: int = 10_000) -> int:
@@ -190,6 +201,10 @@ class InputFlags:
     netrc: str | None = None
 
     def inputs(self, index_credentials: tuple[Credential, ...] = ()) -> BuildInputs:
+        for flag, value, kind in (("--wheelhouse", self.wheelhouse, "dir"), ("--ca-bundle", self.ca_bundle, "file"),
+                                  ("--netrc", self.netrc, "file")):
+            if value is not None:
+                checked_path(flag, value, kind)  # type: ignore[arg-type]
         # credentials are better kept off the command line: the environment is read too
         index = self.pip_index_url or env_flag("ASCEND_IMAGES_PIP_INDEX_URL") or ""
         extra = list(self.pip_extra_index_url)

@@ -27,7 +27,8 @@ from ascend_images.cli.taskdef import USAGE_ERROR
 
 NAME = "ascend-images"
 UNKNOWN = re.compile(r"^No idea what (.+) is!$")  # invoke's parser's words for a token it cannot place
-NEEDS_VALUE = re.compile(r"^Flag '(.+)' needed value and was given none!$")
+NEEDS_VALUE = re.compile(r"^Flag (?:'(?P<quoted>.+)'|<Argument: (?P<name>[\w-]+)[^>]*>) needed value and was "
+                         r"(?:given none|not given one)!$")
 MISSING_POSITIONAL = re.compile(r"^'(.+)' did not receive required positional arguments: (.+)$")
 # invoke's core options an image build tool offers; the others (run()'s echo, pty, dry, warn-only, hide, sudo,
 # timeouts, config files, bytecode writing, debug) are refused when given
@@ -57,7 +58,8 @@ def explain(error: ParseError, program: Program) -> str:
     binary = program.binary
     context = getattr(error, "context", None)
     if found := NEEDS_VALUE.match(text):
-        return f"{found[1]} needs a value (`{binary} --help {context.name if context and context.name else ''}`)"
+        flag = found["quoted"] or f"--{found['name'].replace('_', '-')}"
+        return f"{flag} needs a value (`{binary} --help {context.name if context and context.name else ''}`)"
     if found := MISSING_POSITIONAL.match(text):
         return f"{found[1]} needs {found[2].replace(chr(39), '').upper()} (`{binary} --help {found[1]}`)"
     found = UNKNOWN.match(text)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.checkout import ROOT as CHECKOUT
 from ascend_images.checkout import file_sha256, revision
-from ascend_images.cli.options import Selection
+from ascend_images.cli.options import Selection, checked_path, output_path
 from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import MATRIX_HELP, SELECTION, exit_with, run_body, task
 from ascend_images.console import Steps
@@ -36,10 +36,8 @@ Out = Callable[[str], None]
 def publish(c, sel, registry, dry_run=False, force=False, namespace=DEFAULT_NAMESPACE, report=None, only="all",
             allow_test_double=False):
     """Push per-arch tags, then manifest lists, then moving aliases; nothing partial."""
-    from ascend_images.cli.options import checked_path
 
-    report_path = run_body(checked_path, "--report", project_path(report, "build/publish-report.json"),
-                           "dir-to-make")
+    report_path = run_body(output_path, "--report", report, "build/publish-report.json", "file-to-write")
     run_body(publish_selection, sel, print, registry=registry, dry_run=dry_run, force=force, namespace=namespace,
              report_path=report_path, only=only, allow_test_double=allow_test_double)
 
@@ -66,6 +64,8 @@ def published_refs(c, report=None):
       iterable=["report"])
 def npu_gate(c, report=None, runs=None):
     """Fail unless NPU tests really ran and passed in every pushed aarch64 image (never pass empty)."""
+    if runs is not None and not runs.strip():
+        run_body(checked_path, "--runs", runs, "file")  # the one-line refusal of an empty path
     print(run_body(workflow.npu_gate, [Path(p) for p in report or []], Path(project_path(runs, "build/npu/runs.tsv"))))
 
 

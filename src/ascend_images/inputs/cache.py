@@ -126,10 +126,10 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
         else:
             if not w.url:
                 raise SelectionError(f"{w.file}: no download URL in matrix.yaml; put the file in {cache}")
-            out(f"fetch {w.file} <- {w.url}")
+            note(f"fetch {w.file} <- {w.url}")
             try:
                 partial, got = fetch_file(Request(w.url, w.file, check, w.headers), cache, policy=policy,
-                                          stream=stream, log=out)
+                                          stream=stream, log=note)
             except DownloadError as exc:
                 if check and "sha256" in str(exc):
                     said = origin or "shown by the vendor's index"
@@ -144,7 +144,7 @@ def fetch_all(matrix: Matrix, wanted: list[Wanted], cache: Path, out: Out, *, ch
             trusted[w.file] = this
             status = "trusted-on-first-use"
             if not record:
-                out(f"TRUST ON FIRST USE: {w.file} has no pin in {pin_file.name}; its sha256 {got} is recorded in "
+                note(f"TRUST ON FIRST USE: {w.file} has no pin in {pin_file.name}; its sha256 {got} is recorded in "
                     f"{trust_file} and enforced on this host. To pin it for every host (and for `invoke publish`), "
                     f"review it and add to {pin_file} (or run `invoke fetch --record`):\n{this.line()}")
         if record and not pin and not published and not w.on_pypi:

@@ -19,7 +19,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ascend_images.inputs.lockfile import (
@@ -43,6 +42,7 @@ from ascend_images.inputs.lockgen import (
 from ascend_images.inputs.pypi import PYPI_SIMPLE, download, find_sdist, has_wheel, index_files, normalize
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import FrameworkArchive
+from ascend_images.matrix.yamlfile import YamlFileError, load_yaml_file
 
 FRAMEWORK_LOCK_KEYS = {"project", "version", "upstream", "requirements"}
 
@@ -62,9 +62,9 @@ def read_framework_requirements(root: Path, rel: str) -> FrameworkRequirements:
     if not path.is_file():
         raise LockError(f"frameworks requirements: {path} does not exist (a transcribed upstream requirement file)")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise LockError(f"{path}: not valid YAML: {exc}") from None
+        doc = load_yaml_file(path)
+    except YamlFileError as exc:
+        raise LockError(str(exc)) from None
     if not isinstance(doc, dict) or set(doc) != FRAMEWORK_LOCK_KEYS:
         raise LockError(f"{path}: expected exactly the keys {', '.join(sorted(FRAMEWORK_LOCK_KEYS))}")
     items = doc["requirements"]

@@ -14,13 +14,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.model import Matrix, Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
+from ascend_images.matrix.yamlfile import YamlFileError, load_yaml_file
 
 LOCK_FORMAT = 1
 # The lowest glibc of the OSes we build (Ubuntu 22.04: 2.35): a lock resolved for it installs on all.
@@ -159,9 +159,9 @@ def read_listed_requirements(root: Path, rel: str, version: str) -> ListedRequir
     if not path.is_file():
         raise LockError(f"npu_requirements: {path} does not exist (the committed dependency list of SGLang {version})")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise LockError(f"{path}: not valid YAML: {exc}") from None
+        doc = load_yaml_file(path)
+    except YamlFileError as exc:
+        raise LockError(str(exc)) from None
     keys = {"project", "version", "upstream", "dependencies", "srt_npu", "build-system-requires"}
     if not isinstance(doc, dict) or set(doc) != keys:
         raise LockError(f"{path}: expected exactly the keys {', '.join(sorted(keys))}")

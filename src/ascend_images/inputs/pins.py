@@ -22,6 +22,7 @@ import yaml
 
 from ascend_images.errors import SelectionError
 from ascend_images.matrix.model import Matrix
+from ascend_images.matrix.yamlfile import YamlFileError, load_yaml_file
 
 PINS_FILE = "pins.yaml"
 TRUST_RECORD = "trusted-on-first-use.yaml"
@@ -86,9 +87,9 @@ def read_pins(path: Path) -> dict[str, Pin]:
     if not path.is_file():
         return {}
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise SelectionError(f"{path}: not valid YAML: {exc}") from None
+        doc = load_yaml_file(path) or {}
+    except YamlFileError as exc:
+        raise SelectionError(str(exc)) from None
     entries = doc.get("pins") if isinstance(doc, dict) else None
     if entries is None:
         entries = {}

@@ -62,7 +62,10 @@ def checked_index_url(flag: str, url: str) -> str:
     shown = repr(url) if not url.strip() or url != url.strip() else url
     if not url.strip():
         raise PackageIndexError(f"{flag} is empty: give the index's URL, e.g. https://pypi.org/simple")
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # an unclosed [ of an IPv6 host, for one
+        raise PackageIndexError(f"{flag} {shown}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https", "file"):
         raise PackageIndexError(f"{flag} {shown}: not an http(s) URL (e.g. https://pypi.org/simple, "
                                 "http://HOST:PORT/simple)")

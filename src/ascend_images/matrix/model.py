@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from ascend_images.errors import MatrixError, SelectionError
@@ -29,6 +28,7 @@ from ascend_images.matrix.schema import (
     format_validation_error,
 )
 from ascend_images.matrix.versions import AscendVersion, ascend
+from ascend_images.matrix.yamlfile import YamlFileError, load_yaml_file
 
 DEFAULT_MATRIX = Path("matrix.yaml")
 BACKENDS = ("none", "vllm", "sglang")
@@ -64,15 +64,11 @@ class Matrix:
 def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml_file(path)
     except FileNotFoundError:
         raise MatrixError(str(path), ["file not found (pass --matrix PATH)"]) from None
-    except yaml.YAMLError as exc:
-        # yaml's own text names "<unicode string>"; the mark's line and column (0-based) name the place in the file
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}: " if mark else ""
-        problem = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)])) or str(exc)
-        raise MatrixError(str(path), [f"{where}not valid YAML: {problem}"]) from None
+    except YamlFileError as exc:
+        raise MatrixError(str(path), [str(exc)]) from None
     if not isinstance(raw, dict):
         raise MatrixError(str(path), [f"top level must be a mapping, got {type(raw).__name__}"])
     try:
@@ -334,6 +330,9 @@ def _pick(kind: str, flag: str, wanted: list[str] | None, valid: Iterable[str], 
     for value in chosen:
         if value not in valid:
             raise SelectionError(unknown(kind, value, valid, f"from {flag}"))
+    twice = sorted({value for value in chosen if chosen.count(value) > 1})
+    if twice:  # a2,a2 would make the same variant twice
+        raise SelectionError(f"{flag} {','.join(chosen)}: {', '.join(twice)} is named twice; name each {kind} once")
     return chosen
 
 

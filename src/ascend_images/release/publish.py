@@ -313,9 +313,22 @@ def report_refs(paths: list[Path]) -> list[str]:
     (the NPU smoke tests) runs exactly the image that was pushed, even if a tag moves meanwhile."""
     refs = []
     for path in paths:
+        if not str(path).strip():
+            raise PublishError("--report is empty: name a publish report (the JSON `invoke publish` writes)")
         try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+            report = json.loads(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            raise PublishError(f"{path}: no such file (a publish report `invoke publish --report` writes)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise PublishError(f"{path}: not a publish report ({exc})") from None
-        refs += [f"{ref}@{digest}" for ref, digest in sorted(report.get("tags", {}).items()) if digest]
+        tags = report.get("tags") if isinstance(report, dict) else None
+        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str | None)
+                                                 for k, v in tags.items()):
+            raise PublishError(f"{path}: not a publish report: it needs a \"tags\" object of REF: DIGEST strings "
+                               "(what `invoke publish --report` writes)")
+        for ref, digest in tags.items():
+            if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                raise PublishError(f"{path}: not a publish report: tags.{ref} is {digest!r}, not a digest "
+                                   "(sha256:<64 hex>)")
+        refs += [f"{ref}@{digest}" for ref, digest in sorted(tags.items()) if digest]
     return refs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.frameworklock import load_framework_lock
 from ascend_images.inputs.lockfile import load_lock
 from ascend_images.matrix.model import Matrix, select
@@ -42,7 +43,11 @@ def npu_gate(reports: list[Path], runs: Path) -> str:
     refs = [r for r in report_refs(reports) if "-arm64@" in r] if reports else []
     ran: dict[str, Path] = {}
     if runs.is_file():
-        for line in runs.read_text(encoding="utf-8").splitlines():
+        try:
+            text = runs.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise AscendImagesError(f"{runs}: not UTF-8 text (a TSV of REF<TAB>JUnit file lines)") from None
+        for line in text.splitlines():
             if "\t" in line:
                 ref, junit = line.split("\t", 1)
                 ran[ref] = Path(junit)

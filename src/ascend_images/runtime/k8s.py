@@ -61,8 +61,9 @@ def _unique(name: str, taken: set[str]) -> str:
 
 
 def k8s_escape(text: str) -> str:
-    """Kubernetes expands $(VAR) in env values, command and args; `$$(` is its literal `$(` (a lone `$` stays)."""
-    return text.replace("$(", "$$(")
+    """Kubernetes expands $(VAR) in env values, command and args, and reads `$$` as `$` (a `$` before anything else
+    stays). Every `$` doubled is exactly what was typed after that expansion: `$(X)`, `$$` and a lone `$` alike."""
+    return text.replace("$", "$$")
 
 
 def pod_spec(spec: RunSpec, resource: str, *, deployment: bool = False) -> dict[str, Any]:

@@ -221,11 +221,18 @@ class RunSpec:
         return env
 
 
+# what the Docker engine accepts as a container name (its daemon's restrictedNamePattern)
+CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+
+
 def check_spec(spec: RunSpec) -> list[str]:
     """Errors that make the spec unusable anywhere; returns warnings."""
     warnings = []
     if not spec.devices:
         raise RunError("--devices is empty: give NPU numbers such as 0-3")
+    if spec.name is not None and not CONTAINER_NAME.fullmatch(spec.name):
+        raise RunError(f"--name {spec.name!r}: Docker refuses it; a container name is [a-zA-Z0-9][a-zA-Z0-9_.-]* "
+                       "(e.g. sglang-0)")
     rt = spec.env.get("ASCEND_RT_VISIBLE_DEVICES")
     if rt is not None:
         bad = [x for x in rt.split(",") if not x.strip().isdigit() or int(x) >= len(spec.devices)]
@@ -398,6 +405,8 @@ def compose_escape(text: str) -> str:
 
 def compose_data(spec: RunSpec, service: str = "ascend") -> dict[str, Any]:
     svc: dict[str, Any] = {"image": spec.image, "shm_size": spec.shm_size}
+    if spec.name:
+        svc["container_name"] = spec.name
     if spec.restart:
         svc["restart"] = spec.restart
     if spec.workdir:
