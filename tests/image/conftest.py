@@ -74,3 +74,19 @@ def host(container):
     import testinfra
 
     return testinfra.get_host(f"docker://{container.id}")
+
+
+@pytest.fixture(scope="module")
+def image_locks(host) -> dict:
+    """The locks the image's stages installed, by layer (base, torch, backend, framework), as the image keeps them
+    (/etc/ascend-images/locks/)."""
+    from pathlib import Path
+
+    from ascend_images.inputs.lockfile import parse_lock_text
+
+    out = {}
+    for name in host.check_output("ls /etc/ascend-images/locks").split():
+        path = f"/etc/ascend-images/locks/{name}"
+        lock = parse_lock_text(host.file(path).content_string, Path(path))
+        out[lock.header["layer"]] = lock
+    return out

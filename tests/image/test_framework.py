@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 
-from ascend_images.inputs.lockfile import parse_lock_text
 from tests.image.test_image import NO_COMPILE_POOL, installed
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.framework_image]
@@ -61,13 +59,10 @@ def framework_stack(host, variant) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_framework_installs_exactly_its_lock(host, variant):
+def test_framework_installs_exactly_its_lock(host, variant, image_locks):
     """Every package of the framework's lock at its locked version, and the backend's below it untouched but for
     what the framework lock moves (an override matrix.yaml explains)."""
-    text = host.file("/etc/ascend-images/framework-lock.txt").content_string
-    lock = parse_lock_text(text, Path("framework-lock.txt"))
-    backend = parse_lock_text(host.file("/etc/ascend-images/backend-lock.txt").content_string,
-                              Path("backend-lock.txt"))
+    lock, backend = image_locks["framework"], image_locks["backend"]
     have = installed(host)
     assert len(lock.pins) > 20
     assert {n: (v, have.get(n)) for n, v in lock.pins.items() if have.get(n) != v} == {}

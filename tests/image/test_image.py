@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
-from ascend_images.inputs.frameworklock import no_deps_installed
-from ascend_images.inputs.lockfile import parse_lock_text
+from ascend_images.inputs.lockfile import installed_below
+from ascend_images.inputs.lockspec import LAYERS
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.envs import effective_env
 from ascend_images.stages.envcapture import PATH_LIKE, clean_path_list
@@ -50,20 +49,15 @@ def test_python_is_the_variants(host, variant):
     assert host.check_output("python -c 'import sys; print(sys.prefix)'") == "/usr/local/python"
 
 
-def test_pip_check(host):
-    """Consistent, but for exactly what the lock explains: a conflict where the installed package is an overridden one
-    at the overridden version (matrix.yaml says why), and what a package the lock installs --no-deps (its `off-pypi`
-    header: upstream installs it so) itself requires."""
+def test_pip_check(host, image_locks):
+    """Consistent, but for exactly what the locks explain: a conflict where the installed package is an overridden one
+    at the overridden version (matrix.yaml says why), and what a package a lock installs --no-deps (its `off-pypi` or
+    `no-deps` header: upstream installs it so) itself requires."""
     result = host.run("pip check")
-    lock_file = host.file("/etc/ascend-images/backend-lock.txt")
-    lock = parse_lock_text(lock_file.content_string, Path("backend-lock.txt")) if lock_file.exists else None
-    overrides = list(lock.overrides) if lock else []
-    no_deps = {f.name: f.version for f in lock.off_pypi} if lock else {}
-    framework_file = host.file("/etc/ascend-images/framework-lock.txt")
-    if framework_file.exists:  # a framework image: its lock's overrides, and what it installs --no-deps, too
-        framework = parse_lock_text(framework_file.content_string, Path("framework-lock.txt"))
-        overrides += framework.overrides
-        no_deps |= no_deps_installed(framework)
+    overrides = [o for lock in image_locks.values() for o in lock.overrides]
+    no_deps = {f.name: f.version for lock in image_locks.values() for f in lock.off_pypi}
+    for lock in image_locks.values():
+        no_deps |= lock.no_deps
     if result.rc == 0 or (not overrides and not no_deps):
         assert result.rc == 0, result.stdout + result.stderr
         return
@@ -181,21 +175,24 @@ def test_backend_pins(host, variant):
             assert got == version, dist
 
 
-def backend_lock(host) -> dict[str, str]:
-    path = "/etc/ascend-images/backend-lock.txt"
-    return parse_lock_text(host.file(path).content_string, Path(path)).pins
+def test_the_image_installs_exactly_its_locks(host, variant, image_locks):
+    """Every locked package of every layer the image's stages installed, at its locked version (a layer over another
+    may move a pin: the upper one wins, as its stage replaced it): the image is what `invoke lock` resolved."""
+    assert set(image_locks) == {"base", "torch", *(["backend"] if variant.backend != "none" else []),
+                                *(["framework"] if variant.framework != "none" else [])}
+    locked, have = installed_below([image_locks[layer] for layer in LAYERS if layer in image_locks]), installed(host)
+    assert len(locked) > 20
+    assert {n: (v, have.get(n)) for n, v in locked.items() if have.get(n) != v} == {}
 
 
 @pytest.mark.backend_image
-def test_backend_installs_exactly_its_lock(host, variant):
-    """Every locked package at its locked version: the image is what `invoke lock` resolved."""
+def test_backend_installs_exactly_its_lock(host, variant, image_locks):
+    """Every package of the backend's lock at its locked version, but what a framework lock over it moves."""
     if variant.backend == "none":
         pytest.skip("backend none (an --image run: CI deselects these on such images)")
-    lock, have = backend_lock(host), installed(host)
+    lock, have = image_locks["backend"].pins, installed(host)
     assert len(lock) > 50
-    # a framework image's lock may move a backend pin (an override matrix.yaml explains); test_framework checks those
-    framework = host.file("/etc/ascend-images/framework-lock.txt")
-    moved = parse_lock_text(framework.content_string, Path("framework-lock.txt")).pins if framework.exists else {}
+    moved = image_locks["framework"].pins if "framework" in image_locks else {}
     assert {n: (v, have.get(n)) for n, v in lock.items() if have.get(n) != v and n not in moved} == {}
 
 

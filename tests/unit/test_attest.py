@@ -21,7 +21,8 @@ ZIP = "sgl-kernel-npu-2026.7.27-torch2.10.0-py311-cann9.0.0-a3-aarch64.zip"
 def docs(*, double: str = "", six: str = "1.17.0", zip_sha: str = "a" * 64, commit: str = HEAD,
          key: str = "k1") -> Attestations:
     labels = {"io.ascend-images.release": "rel", "io.ascend-images.backend": "sglang",
-              "io.ascend-images.arch": "aarch64", "io.ascend-images.content-key": "k1"}
+              "io.ascend-images.arch": "aarch64", "io.ascend-images.python-version": "3.11",
+              "io.ascend-images.content-key": "k1"}
     props = [{"name": f"ascend-images:label:{k}", "value": v} for k, v in labels.items()]
     if double:
         props.append({"name": "ascend-images:test-double", "value": double})
@@ -39,8 +40,12 @@ def docs(*, double: str = "", six: str = "1.17.0", zip_sha: str = "a" * 64, comm
 
 @pytest.fixture
 def locks(tmp_path):
+    """Every layer's lock of the image, where the checkout keeps them: base, torch, backend."""
     (tmp_path / "rel").mkdir()
-    (tmp_path / "rel" / "sglang-aarch64.txt").write_text("# format: 1\nsix==1.17.0\ntorch==2.10.0\n")
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "base-py3.11-aarch64.txt").write_text("# format: 2\n")
+    (tmp_path / "rel" / "torch-aarch64.txt").write_text("# format: 2\ntorch==2.10.0\n")
+    (tmp_path / "rel" / "sglang-aarch64.txt").write_text("# format: 2\nsix==1.17.0\ntorch==2.10.0\n")
     return tmp_path
 
 
@@ -112,3 +117,10 @@ def test_what_pip_installed_from_a_file_is_not_claimed_as_pypis():
                     python=[PythonDist("mindspeed", "0.16.0", (), direct=True), PythonDist("verl", "0.9.1", ())])
     purls = {c["name"]: c["purl"] for c in json.loads(sbom_json(build_sbom(inv, {})))["components"]}
     assert purls == {"mindspeed": "pkg:generic/mindspeed@0.16.0", "verl": "pkg:pypi/verl@0.9.1"}
+
+
+def test_every_layer_the_image_installed_is_read(locks):
+    """The base and torch locks are the image's too: a pin of theirs missing from the SBOM is a finding."""
+    (locks / "base" / "base-py3.11-aarch64.txt").write_text("# format: 2\npip==26.3\n")
+    assert findings(docs(), locks_dir=locks, pins=PINS, checkout=ROOT) == [
+        "lock: pip==26.3 is locked, and the SBOM has no pip"]

@@ -191,7 +191,7 @@ def test_fetch_task_for_a_selection_then_build_resolves_from_the_cache(server, t
         server.files[f"/CANN/8.5.0/{file}"] = f"fake {file}".encode()
     flags = SourceFlags(cann_source="url", cache_dir=str(tmp_path / "cache"))
     lines: list[str] = []
-    results = fetch_selection(sel, flags, lines.append, stream=io.StringIO())
+    results = fetch_selection(sel, flags, lines.append, stream=io.StringIO(), wheels=False)  # the CANN packages
     assert [r.status for r in results] == ["trusted-on-first-use"] * 3
     assert all(h.get("Referer") == data["cann"]["download_referer"] for _, h in server.requests)
     packages = flags.sources(matrix).cann.packages(variant)
@@ -203,7 +203,7 @@ def test_fetch_task_for_a_selection_then_build_resolves_from_the_cache(server, t
     with pytest.raises(SelectionError, match="no pin for Ascend-cann-toolkit_8.5.0"):
         elsewhere.sources(matrix).cann.packages(variant)
     # recorded into pins.yaml, the pins serve every host: the upstream download is pinned without any cache
-    fetch_selection(sel, flags, lines.append, stream=io.StringIO(), record=True)
+    fetch_selection(sel, flags, lines.append, stream=io.StringIO(), record=True, wheels=False)
     assert [p.sha256 for p in elsewhere.sources(matrix).cann.packages(variant)] == [p.sha256 for p in packages]
 
 

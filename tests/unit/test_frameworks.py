@@ -12,13 +12,8 @@ from pathlib import Path
 import pytest
 
 from ascend_images.errors import SelectionError
-from ascend_images.inputs.frameworklock import (
-    check_framework_lock,
-    framework_lock_spec,
-    load_framework_lock,
-    no_deps_installed,
-)
-from ascend_images.inputs.lockfile import LockError, locks_dir, parse_lock_text
+from ascend_images.inputs.lockfile import LockError, parse_lock_text
+from ascend_images.inputs.lockspec import check_lock, load_lock, lock_path, lock_spec, locks_dir
 from ascend_images.matrix.envs import effective_env
 from ascend_images.matrix.model import load_matrix, select
 from ascend_images.stages.names import image_tag
@@ -89,45 +84,47 @@ def test_env_shows_the_framework_layer_with_its_sources():
 def test_committed_framework_locks_are_fresh_and_hold_verl(matrix):
     for backend in ("vllm", "sglang"):
         (v,) = select(matrix, device="a3", backend=backend, framework="verl")
-        lock = load_framework_lock(v)
+        lock = load_lock(v, "framework")
         # verl --no-deps from PyPI (its guide), megatron-core 0.16.1 (= Megatron-LM core_r0.16.0's code), mbridge 0.15.1
         assert (lock.pins["verl"], lock.pins["megatron-core"], lock.pins["mbridge"]) == ("0.9.1", "0.16.1", "0.15.1")
-        assert no_deps_installed(lock) == {"verl": "0.9.1", "mindspeed": "0.16.0"}
+        assert lock.no_deps == {"verl": "0.9.1", "mindspeed": "0.16.0"}
         assert not [n for n in lock.pins if n.startswith(("nvidia-", "cuda-", "flashinfer"))]
 
 
 def _framework_lock_copy(tmp_path: Path, matrix, edit) -> tuple:
     (v,) = select(matrix, device="a3", backend="vllm", framework="verl")
-    spec = framework_lock_spec(v)
-    path = spec.path(locks_dir(matrix))
+    spec = lock_spec(v, "framework")
+    path = lock_path(locks_dir(matrix), spec)
     return spec, parse_lock_text(edit(path.read_text(encoding="utf-8")), tmp_path / path.name)
 
 
 def test_a_framework_lock_that_moves_a_backend_pin_unexplained_is_refused(tmp_path, matrix):
     # the backend lock pins transformers 5.5.4 and no override moves it
-    spec, lock = _framework_lock_copy(tmp_path, matrix, lambda t: t + "transformers==4.57.6\n")
+    spec, lock = _framework_lock_copy(tmp_path, matrix, lambda t: t + "transformers==4.57.6 --hash=sha256:"
+                                      + "0" * 64 + "\n")
     with pytest.raises(LockError, match=r"transformers==4\.57\.6 over the backend lock's transformers==5\.5\.4"):
-        check_framework_lock(spec, lock)
+        check_lock(spec, lock)
     spec, good = _framework_lock_copy(tmp_path, matrix, lambda t: t)
-    check_framework_lock(spec, good)
+    check_lock(spec, good)
 
 
 def test_a_framework_lock_over_another_backend_lock_is_stale(tmp_path, matrix):
+    from dataclasses import replace
+
     spec, lock = _framework_lock_copy(tmp_path, matrix, lambda t: t)
-    backend = spec.backend_lock
-    moved = type(spec)(**{**spec.__dict__, "backend_lock": type(backend)(
-        backend.path, backend.header, backend.pins, backend.text + "# one more line\n")})
+    moved = replace(spec, over=replace(spec.over, text=spec.over.text + "# one more line\n"))
     with pytest.raises(LockError, match="stale: the backend lock it was resolved over changed"):
-        check_framework_lock(moved, lock)
+        check_lock(moved, lock)
 
 
 def test_a_missing_framework_lock_names_the_command(tmp_path, matrix):
     (v,) = select(matrix, device="a3", backend="vllm", framework="verl")
     root = tmp_path / "locks"
     shutil.copytree(locks_dir(matrix), root)
-    framework_lock_spec(v).path(root).unlink()
-    with pytest.raises(LockError, match="invoke lock --release cann9.1.0-pt2.10.0 --backend vllm --framework verl"):
-        load_framework_lock(v, root)
+    lock_path(root, lock_spec(v, "framework", root)).unlink()
+    with pytest.raises(LockError, match="invoke lock --layer framework --release cann9.1.0-pt2.10.0 --backend vllm "
+                                        "--framework verl"):
+        load_lock(v, "framework", root)
 
 
 def test_unknown_framework_in_the_matrix_is_named(tmp_path):

@@ -103,4 +103,5 @@ def test_ci_matrix_is_a_strategy_matrix():
     out = ci_matrix(Selection(str(ROOT / "matrix.yaml")).load())
     assert out["include"] and all({"device", "backend", "release", "os", "arch", "runner"} <= set(e)
                                   for e in out["include"])
-    assert {e["runner"] for e in out["include"]} == {"ubuntu-24.04", "ubuntu-24.04-arm"}
+    # aarch64 only until x86_64's locks are made (matrix.yaml arches.x86_64.unlocked): a native arm runner each
+    assert {e["runner"] for e in out["include"]} == {"ubuntu-24.04-arm"}

@@ -1,4 +1,5 @@
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,10 @@ def test_render_a2_83_url_x86(matrix, tmp_path):
             f"Ascend-cann-kernels-910b_8.3.RC1_linux-x86_64.run#{'b' * 64}") in install
     assert "kernel/ascend910b " in install or "kernel/ascend910b \\" in install
     assert "CANN_DOWNLOAD_REFERER=https://www.hiascend.com/" in install
-    torch = (ctx["torch:a2"] / "Dockerfile").read_text()
-    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in torch
+    # x86_64's torch is PyTorch's CPU build, which no committed lock pins (arches.x86_64.unlocked): a preview says
+    # so where the lock would be, and a build stops there
+    missing = (ctx["torch:a2"] / "locks" / "LOCK-MISSING").read_text()
+    assert "arches.x86_64.unlocked: x86_64's torch is the CPU build on PyTorch's CPU index" in missing
     assert (ctx["torch:a2"] / "constraints.txt").read_text().startswith("torch==2.7.1+cpu\n")
     assert "ascendnpu-ir" not in (ctx["cann:a2"] / "etc/env-scripts").read_text()
 
@@ -146,9 +149,14 @@ def test_backend_stage_sets_only_what_it_changes(matrix, tmp_path):
     df = (ctx["vllm:a3"] / "Dockerfile").read_text()
     assert 'TASK_QUEUE_ENABLE="1"' in df and "VLLM_USE_V1" in df
     assert "HCCL_CONNECT_TIMEOUT" not in df
-    assert "VLLM_TARGET_DEVICE=empty" in df and '"$work/vllm-0.13.0.tar.gz"' in df and "--no-binary" not in df
-    assert "-r /etc/ascend-images/backend-lock.txt" in df and "pip check" in df
-    assert "\ntriton-ascend==3.2.0 " in (ctx["vllm:a3"] / "backend-lock.txt").read_text()
+    # vLLM's sdist (PyPI's sha256, from the wheel store) built on the target with no CUDA, then installed natively
+    assert re.search(r"built-wheel \S+ /wheels \\\n +\$\{ASCEND_BUILD_SERVER\}/wheels/(4ad43db45fef\w+)#\1 \. - - "
+                     r"VLLM_TARGET_DEVICE=empty", df), df
+    assert "FROM ${INSTALLER} AS packages" in df and "install-packages /usr/local/python aarch64-manylinux_2_35" in df
+    assert "pip-check" in df and "--no-binary" not in df
+    install = (ctx["vllm:a3"] / "install.txt").read_text()
+    assert "\ntriton-ascend==3.2.0 --hash=sha256:" in install  # PyPI carries 3.2.0: a locked file like any other
+    assert (ctx["vllm:a3"] / "locks" / "vllm-aarch64.txt").is_file()
 
 
 def test_image_source_needs_an_official_os(matrix):

@@ -32,7 +32,9 @@ from ascend_images.builder.stagecache import StageCache
 from ascend_images.console import note
 from ascend_images.errors import BuildError, Interrupted
 from ascend_images.inputs.cache import default_built_wheels
+from ascend_images.inputs.pypi import PYPI_SIMPLE
 from ascend_images.inputs.sources import BuildInputs, Sources
+from ascend_images.inputs.wheelstore import WheelStore, default_store, stored_files
 from ascend_images.stages.envcapture import capture_env
 from ascend_images.stages.kinds import KINDS
 from ascend_images.stages.names import CONTENT_KEY_LABEL
@@ -61,6 +63,8 @@ class BuildSettings:
     stage_cache_read_only: bool = False
     # wheels compiled from locked sdists, kept for every later build (buildserver: /built-wheels/)
     built_wheels: Path = field(default_factory=default_built_wheels)
+    # every locked file by its sha256 (buildserver: /wheels/), filled before a stage that installs from it builds
+    wheel_store: Path = field(default_factory=default_store)
 
 
 @dataclass
@@ -75,14 +79,14 @@ class StageResult:
     context: str
 
 
-def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str) -> str:
+def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str, tools: tuple[str, ...] = ()) -> str:
     """A stage's identity: its context and its parent's image id, never its name. The context names the parent by
     tag (FROM, the base.name label), and the tag carries the namespace; the parent's image id already says which
     image that is, so each `<namespace>/<stage repo>:` is hashed as one placeholder, and a selection built under
     another namespace (or pulled from another machine) has the same keys."""
     names = [f"{namespace}/{row.repo}:".encode() for row in KINDS.values() if row.repo]
     digest = hashlib.sha256()
-    for part in (KEY_VERSION, parent_id, platform):
+    for part in (KEY_VERSION, parent_id, platform, *tools):  # tools: the installer image that installs its packages
         digest.update(part.encode() + b"\0")
     for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(context_dir).as_posix()
@@ -93,6 +97,18 @@ def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str
         digest.update(data)
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def with_login(url: str, credentials: tuple[tuple[str, str, str], ...]) -> str:
+    """An index URL with the login the flags gave for its host (--torch-index-url's): the host fetches from it."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    for host, login, password in credentials:
+        if host == parts.hostname:
+            userinfo = f"{urllib.parse.quote(login, safe='')}:{urllib.parse.quote(password, safe='')}"
+            return urllib.parse.urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, parts.query, ""))
+    return url
 
 
 def _claim_name(tag: str) -> str:
@@ -211,7 +227,26 @@ class Builder:
             raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
 
     def _platform(self, stage: Stage) -> str:
-        return stage.variant.arch_spec.docker_platform
+        return stage.platform or stage.variant.arch_spec.docker_platform
+
+    @functools.cached_property
+    def store(self) -> WheelStore:
+        inputs = self.settings.inputs
+        indexes = [] if inputs.pip_offline else [inputs.pip_index_url or PYPI_SIMPLE, *inputs.pip_extra_index_urls]
+        return WheelStore(self.settings.wheel_store, indexes, [inputs.wheelhouse] if inputs.wheelhouse else [],
+                          offline=inputs.pip_offline, out=self.progress,
+                          fetch_hint="invoke fetch ... (the same selection flags) on a connected host")
+
+    def _fill_store(self, label: str, ctx: dict[str, Any]) -> None:
+        """The stage's locked files into the host's wheel store before it builds (a missing one fails here, in
+        seconds, not in the build): each file is fetched once per host, whichever stage or release needs it."""
+        wanted = stored_files(ctx.get("packages", {}).get("wanted", []))
+        if wanted:
+            before = len(self.store.downloaded)
+            self.store.ensure(wanted, [with_login(url, self.settings.inputs.index_credentials)
+                                       for url in ctx["packages"].get("indexes", [])])
+            fetched = len(self.store.downloaded) - before
+            self.progress(f"{label} wheel store: {len(wanted)} file(s), {fetched} downloaded now")
 
     # --- one stage -----------------------------------------------------------------------------
     def build_stage(self, stage: Stage, index: int, total: int, server: BuildServer) -> StageResult:
@@ -222,6 +257,7 @@ class Builder:
             parent_id = self.results[stage.parent.tag].image_id
         else:
             parent_id = self._external_parent_id(stage, platform)
+        tools = tuple(self.results[need.tag].image_id for need in stage.needs)
         # Another process on this host may be building the same stage (same tag: same context directory) or
         # the same content under another tag: claim both, wait for the holder, then reuse what it built.
         with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
@@ -230,7 +266,7 @@ class Builder:
                 captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
             ctx, files = self.renderer.context(stage, self.settings.sources, captured)
             context = self.renderer.write(stage, self.context_dir, ctx, files)
-            key = content_key(context, parent_id, platform, stage.namespace)
+            key = content_key(context, parent_id, platform, stage.namespace, tools)
             existing = None if self.settings.force else self._find_by_key(key, stage.tag)
             if existing:
                 return self._reuse(label, stage, existing, key, started, context)
@@ -245,7 +281,8 @@ class Builder:
                         self.out(f"{label} {stage.tag}: pulled from the stage cache (content key {key[:12]})")
                         return StageResult(stage.tag, stage.kind, "pulled", pulled, key,
                                            time.monotonic() - started, None, str(context))
-                result = self._build_claimed(stage, label, index, key, context, server, started)
+                self._fill_store(label, ctx)
+                result = self._build_claimed(stage, label, index, key, context, server, started, tools)
         if self.cache is not None:
             self.cache.push(stage, key, result.image_id)
         return result
@@ -260,14 +297,14 @@ class Builder:
                            str(context))
 
     def _build_claimed(self, stage: Stage, label: str, index: int, key: str, context: Path, server: BuildServer,
-                       started: float) -> StageResult:
+                       started: float, tools: tuple[str, ...] = ()) -> StageResult:
         if self._cancelled.is_set():  # Ctrl-C came while this stage waited for its claim
             raise Interrupted(f"{label} {stage.tag} not started; no tag was set for it")
         platform = self._platform(stage)
         log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
         self.out(f"{label} {stage.tag}: building (log {log_path})")
         dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
-        args = {"ASCEND_BUILD_SERVER": server.url}
+        args = {"ASCEND_BUILD_SERVER": server.url, **({"INSTALLER": tools[0]} if tools else {})}
         buildargs = {k: v for k, v in args.items() if k in declared_args(dockerfile)}
         labels = {
             CONTENT_KEY_LABEL: key,
@@ -277,9 +314,11 @@ class Builder:
         image_id = None
         error = None
         with StageProgress(label, log_path, self.progress) as progress:
+            # A stage with a native part (the installer's, on the host's own arch) names its target platform in its
+            # own FROM lines: the classic builder refuses COPY --from a stage of another platform than the build's
             stream = self.client.api.build(
                 path=str(context), rm=True, forcerm=True, pull=False, decode=True, nocache=self.settings.nocache,
-                network_mode="host", platform=platform, buildargs=buildargs, labels=labels,
+                network_mode="host", platform=None if stage.needs else platform, buildargs=buildargs, labels=labels,
             )
             with self._lock:
                 self._streams.add(stream)
@@ -335,7 +374,7 @@ class Builder:
         cann_dir = sources.cann.directory if sources.cann.kind == "local" else sources.cann.cache
         artifacts_dir = sources.artifacts.directory or sources.artifacts.cache
         with BuildServer(self.settings.inputs, cann_dir, artifacts_dir,
-                         built_wheels=self.settings.built_wheels) as server:
+                         built_wheels=self.settings.built_wheels, wheel_store=self.settings.wheel_store) as server:
             if self.settings.jobs > 1:
                 self._build_parallel(plan, server)
             else:
@@ -364,7 +403,8 @@ class Builder:
                     for stage in [s for s in pending if not errors]:
                         if len(running) >= self.settings.jobs:
                             break
-                        if stage.parent is None or stage.parent.tag in self.results:
+                        ready = [s for s in (stage.parent, *stage.needs) if s is not None]
+                        if all(s.tag in self.results for s in ready):
                             pending.remove(stage)
                             running[pool.submit(self.build_stage, stage, index[stage.tag], total, server)] = stage
                     if not running:

@@ -12,15 +12,19 @@ Served paths:
   /cann/<file>        a directory of CANN .run packages (--cann-source local)
   /artifacts/<file>   a directory of other downloads: SGLang sources, sgl-kernel-npu zips (--artifacts-dir)
   /wheelhouse/        a directory of wheels, as a find-links listing (--wheelhouse)
-  /built-wheels/<os>/ wheels compiled from locked sdists by earlier builds (a find-links listing, the wheelhouse's
-                      wheels included), and PUT of one a build compiled: one cache on the host, so a package is
-                      compiled once per (name, version, arch, Python, OS), whichever release or build needs it
+  /built-wheels/<key>/ wheels compiled from sdists and source trees by earlier builds (a find-links listing), and
+                      PUT of one a build compiled: one cache on the host under a key of the inputs' sha256 and the
+                      target (arch, Python, OS, torch), so a wheel is compiled once per host, whichever build needs it
+  /wheels/            the host's wheel store (inputs/wheelstore.py): a find-links listing of every locked file with its
+                      sha256; /wheels/<sha256>[/<file>] one file, hashed again as it is served (a file that does not
+                      hash to its key is refused: 409)
 """
 
 from __future__ import annotations
 
 import html
 import http.server
+import re
 import secrets
 import sys
 import threading
@@ -31,6 +35,7 @@ from types import TracebackType
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ascend_images.inputs.sources import BuildInputs
+from ascend_images.inputs.wheelstore import WheelStore
 
 # A stable port keeps the ARG value stable, so Docker's layer cache survives between builds.
 PREFERRED_PORT = 39517
@@ -49,7 +54,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             return
         rel = path[len(prefix):]
-        if self._built_wheels(rel):
+        if self._built_wheels(rel) or self._wheel_store(rel):
             return
         if rel in self.server.documents:
             self._send_bytes(self.server.documents[rel], "text/plain")
@@ -124,6 +129,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
         return True
 
+    def _wheel_store(self, rel: str) -> bool:
+        """GET /wheels/ (the store's listing) or /wheels/<sha256>[/<file>] (one file, verified as it goes out)."""
+        store = self.server.wheel_store
+        parts = rel.split("/")
+        if store is None or len(parts) < 3 or parts[1] != "wheels":
+            return False
+        if rel == "/wheels/":
+            self._send_bytes(WheelStore(store.root).listing(), "text/html")
+            return True
+        sha256 = parts[2]
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256) or len(parts) > 4:
+            self.send_error(404)
+            return True
+        found = store.path(sha256)
+        if found is None or (len(parts) == 4 and parts[3] != found.name):
+            self.send_error(404 if found is None else 409)
+            return True
+        self._send_file(found)
+        return True
+
     def _send_bytes(self, data: bytes, content_type: str) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
@@ -184,6 +209,7 @@ class _Server(http.server.ThreadingHTTPServer):
         self.documents: dict[str, bytes] = {}
         self.mounts: dict[str, Path] = {}
         self.built_wheels: Path | None = None
+        self.wheel_store: WheelStore | None = None
         self.requests: list[str] = []
 
 
@@ -191,11 +217,12 @@ class BuildServer:
     """Context manager: `with BuildServer(inputs, cann_dir) as server: server.url`."""
 
     def __init__(self, inputs: BuildInputs, cann_dir: Path | None = None, artifacts_dir: Path | None = None,
-                 port: int = PREFERRED_PORT, built_wheels: Path | None = None):
+                 port: int = PREFERRED_PORT, built_wheels: Path | None = None, wheel_store: Path | None = None):
         self.inputs = inputs
         self.cann_dir = cann_dir
         self.artifacts_dir = artifacts_dir
         self.built_wheels = built_wheels
+        self.wheel_store = wheel_store
         self.port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -233,6 +260,8 @@ class BuildServer:
         if self.artifacts_dir is not None:
             server.mounts["/artifacts"] = self.artifacts_dir
         server.built_wheels = self.built_wheels
+        if self.wheel_store is not None:  # what the store says of a file that fails its hash goes nowhere: refused
+            server.wheel_store = WheelStore(self.wheel_store, out=lambda line: None)
         os_mirror = self.inputs.os_mirror_document()
         if os_mirror is not None:
             server.documents["/secrets/os-mirror"] = os_mirror

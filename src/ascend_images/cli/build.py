@@ -4,7 +4,7 @@ testing the images (test)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
@@ -19,7 +19,7 @@ from ascend_images.matrix.model import Variant, all_variants, load_matrix
 from ascend_images.matrix.rules import RULES, enforce, evaluate
 from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
 from ascend_images.stages.kinds import KINDS
-from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
+from ascend_images.stages.plan import INSTALLER_OS, BuildPlan, PlanOptions, host_arch, make_plan
 from ascend_images.stages.render import Renderer
 
 Out = Callable[[str], None]
@@ -177,7 +177,7 @@ def committed_renderings(sel: Selection, out: Out, update: bool = False, check: 
     return 1
 
 
-def base_images(variants: Iterable[Variant], explicit: str | None,
+def base_images(variants: list[Variant], explicit: str | None,
                 exists: Callable[[str], bool] | None = None) -> dict[tuple[str, str], str]:
     """(os, arch) -> the image the base stage starts FROM.
 
@@ -202,6 +202,12 @@ def base_images(variants: Iterable[Variant], explicit: str | None,
             continue
         local = local_os_image(v.os, v.arch_spec.debian_arch)
         out[key] = local if exists and exists(local) else v.os_spec.image
+    # the installer: the build host's own arch, whatever the variants' (--base-image is a variant's, not its)
+    matrix = next(iter(variants)).matrix if variants else None
+    if matrix is not None:
+        arch = host_arch()
+        local = local_os_image(INSTALLER_OS, matrix.spec.arches[arch].debian_arch)
+        out.setdefault((INSTALLER_OS, arch), local if exists and exists(local) else matrix.spec.os[INSTALLER_OS].image)
     return out
 
 

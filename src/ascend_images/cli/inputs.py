@@ -7,14 +7,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ascend_images.cli.options import LockFlags, Selection, SourceFlags, output_path, whole_number
+from ascend_images.cli.options import LockFlags, Selection, SourceFlags, checked_path, output_path, whole_number
 from ascend_images.cli.taskdef import MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import Steps, note
 from ascend_images.errors import AscendImagesError, SelectionError
 from ascend_images.inputs.checksums import parse_checksums
-from ascend_images.inputs.lockfile import LockError, LockSpec, check_lock, lock_spec, lock_specs, locks_dir, parse_lock
+from ascend_images.inputs.lockfile import LockError, parse_lock
+from ascend_images.inputs.lockspec import (
+    check_lock,
+    lock_name,
+    lock_path,
+    lock_spec,
+    locks_dir,
+    not_locked,
+    variant_layers,
+)
 from ascend_images.inputs.pins import pins_path, read_pins
-from ascend_images.matrix.model import Matrix, Variant, all_variants, choices
+from ascend_images.matrix.model import Variant, all_variants, choices
 from ascend_images.matrix.rules import enforce
 
 Out = Callable[[str], None]
@@ -39,17 +48,19 @@ def fetch(c, sel, sources, dest=None, record=False):
             "extra_index_url": "another index to resolve against (repeatable; builds need it too)",
             "matrix": MATRIX_HELP,
             "work_dir": "where the resolver's downloads are kept (default: the project's build/)",
-            "framework": "only this framework's locks (over existing backend locks); default: backend locks, then "
-                         "every framework's"},
-      iterable=["extra_index_url"])
+            "framework": "only this framework's locks (over existing backend locks); default: every framework's",
+            "layer": "base, torch, backend, framework (comma-separated); default: every layer, the lowest first",
+            "find_links": "a local directory of wheels to resolve from too (repeatable; a --wheelhouse)"},
+      iterable=["extra_index_url", "find_links"])
 def lock(c, release=None, backend=None, arch=None, check=False, index_url=None, torch_index_url=None,
-         extra_index_url=None, matrix=None, work_dir=None, framework=None):
-    """Resolve each backend's lock (locks/<release>/<backend>-<arch>.txt) for its target platform, then each
-    framework's over it (locks/<release>/<backend>-<framework>-<arch>.txt)."""
+         extra_index_url=None, matrix=None, work_dir=None, framework=None, layer=None, find_links=None):
+    """Resolve the locks of the selection for their target platform, every layer the lowest first: base
+    (locks/base/), torch, the backends (locks/<release>/<backend>-<arch>.txt) and the frameworks over them."""
     from ascend_images.inputs.pypi import checked_index_url
 
     flags = LockFlags(release, backend, arch, run_body(checked_index_url, "--index-url", index_url)
-                      if index_url is not None else "", torch_index_url, list(extra_index_url or []), framework)
+                      if index_url is not None else "", torch_index_url, list(extra_index_url or []), framework,
+                      layer, [str(run_body(checked_path, "--find-links", d, "dir")) for d in find_links or []])
     for url in flags.extra_index_urls:
         run_body(checked_index_url, "--extra-index-url", url)
     if torch_index_url:
@@ -70,9 +81,10 @@ def outdated(c, matrix=None, index_url="https://pypi.org/simple", package=None, 
              packages=list(package or []), pre=pre, limit=run_body(whole_number, "--limit", limit, 1), as_json=json)
 
 
-def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None, record: bool = False) -> list:
+def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None, record: bool = False,
+                    wheels: bool = True) -> list:
     """`invoke fetch`: every download the selection needs, into the cache (CANN too, unless it comes from
-    --cann-dir or an image)."""
+    --cann-dir or an image), and (`wheels`) every locked file into the host's wheel store."""
     from ascend_images.inputs.cache import fetch_all, wanted_for
 
     matrix = sel.load()
@@ -92,7 +104,23 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     out("fetch: " + (", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing to fetch"))
+    if wheels:
+        fill_wheel_store(variants, flags, out)
     return results
+
+
+def fill_wheel_store(variants: list[Variant], flags: SourceFlags, out: Out, index_url: str | None = None) -> int:
+    """Every locked file of the variants into the host's wheel store (those already there are checked): what an
+    --offline build of them installs. Returns how many were downloaded."""
+    from ascend_images.inputs.pypi import PYPI_SIMPLE
+    from ascend_images.inputs.wheelstore import WheelStore, variant_files
+
+    wanted = dict.fromkeys(f for v in variants for f in variant_files(v))
+    store = WheelStore(flags.store_root(), [index_url or PYPI_SIMPLE], out=note)
+    note(f"wheel store: {len(wanted)} locked file(s) for {len(variants)} variant(s) in {store.root}")
+    store.ensure(wanted)
+    out(f"wheel store: {len(wanted)} file(s) there, {len(store.downloaded)} downloaded now ({store.root})")
+    return len(store.downloaded)
 
 
 def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[str] | None = None,
@@ -115,125 +143,92 @@ def show_outdated(sel: Selection, out: Out, *, index_url: str, packages: list[st
     return rows
 
 
-def lock_selection(sel: Selection, flags: LockFlags) -> list[LockSpec]:
+def lock_targets(sel: Selection, flags: LockFlags) -> list[tuple[str, Variant]]:
+    """(layer, a variant of it) for every lock the selection names, once each, the lowest layer first: a lock made
+    over another is made after it. The base layer is the same for every release; the others are per release."""
+    from ascend_images.inputs.lockspec import LAYERS, lock_file
+
     matrix = sel.load()
-    variants = all_variants(matrix)
+    layers = choices("layer", "--layer", flags.layer, LAYERS)
     releases = choices("release", "--release", flags.release, matrix.spec.releases)
     backends = choices("backend", "--backend", flags.backend, ["vllm", "sglang"])
+    frameworks = choices("framework", "--framework", flags.framework, matrix.spec.frameworks)
     arches = choices("arch", "--arch", flags.arch, matrix.spec.arches)
-    chosen = [v for v in variants if v.release_name in releases and v.backend in backends and v.arch in arches]
-    specs = lock_specs(matrix, chosen)
-    if not specs:
-        raise SelectionError("no release in the selection has a vllm or sglang backend to lock")
-    return specs
+    if flags.framework and flags.layer is None:
+        layers = ["framework"]  # --framework alone: its locks, over backend locks that exist
+    seen: dict[Path, tuple[str, Variant]] = {}
+    root = locks_dir(matrix)
+    for layer in layers:
+        for v in all_variants(matrix):
+            if v.arch not in arches or v.os != matrix.spec.defaults.os or v.python != "system":
+                continue
+            if layer != "base" and v.release_name not in releases:
+                continue
+            if layer in ("backend", "framework") and v.backend not in backends:
+                continue
+            if layer == "framework" and v.framework not in frameworks:
+                continue
+            if layer not in variant_layers(v):
+                continue
+            path = lock_file(root, layer, release=v.release_name, backend=v.backend, framework=v.framework,
+                             arch=v.arch, python_version=v.python_version)
+            seen.setdefault(path, (layer, v))
+    if not seen:
+        raise SelectionError("the selection names no lock (no release of it has that layer for that arch)")
+    return list(seen.values())
 
 
 def make_locks(sel: Selection, flags: LockFlags, out: Out, *, check: bool, cache_dir: Path,
                steps: Steps | None = None) -> int:
     """--check: report each lock's state without network (exit 1 when any is missing or stale).
-    Otherwise resolve and write each lock; one failure does not stop the others."""
+    Otherwise resolve and write each lock, the lowest layer first; one failure does not stop the others (but the
+    locks made over a failed one fail too, saying so)."""
     from ascend_images.inputs.lockgen import LockMaker
     from ascend_images.inputs.pypi import PYPI_SIMPLE
 
     matrix = sel.load()
     root = locks_dir(matrix)
-    specs = [] if flags.framework else lock_selection(sel, flags)
-    frameworks = framework_lock_variants(matrix, flags)
+    targets = lock_targets(sel, flags)
     steps = steps or Steps("lock")
-    steps.total = len(specs) + len(frameworks)
+    steps.total = len(targets)
     failed = skipped = 0
     maker = LockMaker(note, cache_dir, flags.index_url or PYPI_SIMPLE, flags.torch_index_url,
-                      tuple(flags.extra_index_urls), pins=read_pins(pins_path(matrix)))
-    for spec in specs:
-        path = spec.path(root)
-        steps.begin(f"{spec.release}/{spec.backend}/{spec.arch}")
+                      tuple(flags.extra_index_urls), pins=read_pins(pins_path(matrix)),
+                      find_links=tuple(Path(p) for p in flags.find_links))
+    for layer, v in targets:
+        where = lock_name(layer, release=v.release_name, backend=v.backend, framework=v.framework, arch=v.arch)
+        steps.begin(where)
+        why = not_locked(v, layer)
         try:
-            blocked = matrix.spec.releases[spec.release].blocked
+            spec = lock_spec(v, layer, root)
+            path = lock_path(root, spec)
+            where = str(path.relative_to(root.parent))
             if check:
-                why = not_locked(matrix, spec)
-                if why and not path.is_file():  # the matrix says it is not to be had: listed, with why; no failure
+                if not path.is_file() and why:  # the matrix says it is not to be had: listed, with why; no failure
                     skipped += 1
-                    out(f"skipped {path.relative_to(root.parent)}: {why}")
+                    out(f"skipped {where}: {why}")
                     continue
                 if not path.is_file():
                     raise LockError(f"missing: {spec.command}")
                 check_lock(spec, parse_lock(path))
-                out(f"ok      {path.relative_to(root.parent)}")
+                out(f"ok      {where}")
                 continue
-            if blocked:  # the matrix knows it cannot be locked: say why instead of failing in the resolver
-                raise LockError(f"matrix.yaml marks release {spec.release} as blocked: {blocked}")
+            if why:  # the matrix knows it cannot be locked: say why instead of failing in the resolver
+                skipped += 1
+                out(f"skipped {where}: {why}")
+                continue
             started = time.monotonic()
             written = maker.make(spec, root)
-            pins = parse_lock(written).pins
-            out(f"wrote   {written.relative_to(root.parent)}: {len(pins)} packages "
-                f"({time.monotonic() - started:.1f}s)")
+            out(f"wrote   {where}: {len(parse_lock(written).pins)} packages ({time.monotonic() - started:.1f}s)")
         except AscendImagesError as exc:
+            if why:
+                skipped += 1
+                out(f"skipped {where}: {why}")
+                continue
             failed += 1
-            out(f"FAILED  {path.relative_to(root.parent)}: {exc}")
-    for v in frameworks:
-        steps.begin(f"{v.release_name}/{v.backend}+{v.framework}/{v.arch}")
-        why = not_locked(matrix, lock_spec(v))
-        if why:  # no backend lock to resolve over: the framework's is not to be had either
-            skipped += 1
-            out(f"skipped {v.release_name}/{v.backend}-{v.framework}-{v.arch}: its backend's lock: {why}")
-            continue
-        failed += _framework_lock(v, root, out, check=check, index_url=flags.index_url or PYPI_SIMPLE,
-                                  cache_dir=cache_dir)
+            out(f"FAILED  {where}: {exc}")
     steps.end()
-    counted = len(specs) + len(frameworks) - skipped
+    counted = len(targets) - skipped
     out(f"{counted - failed} of {counted} locks {'fresh' if check else 'written'}"
         + (f", {skipped} skipped (the matrix says why)" if skipped else ""))
     return 1 if failed else 0
-
-
-def framework_lock_variants(matrix: Matrix, flags: LockFlags) -> list[Variant]:
-    """One variant per (release, backend, framework, arch) the selection has a framework lock for."""
-    releases = choices("release", "--release", flags.release, matrix.spec.releases)
-    backends = choices("backend", "--backend", flags.backend, ["vllm", "sglang"])
-    arches = choices("arch", "--arch", flags.arch, matrix.spec.arches)
-    frameworks = choices("framework", "--framework", flags.framework, matrix.spec.frameworks)
-    seen: dict[tuple[str, str, str, str], Variant] = {}
-    for v in all_variants(matrix):
-        if (v.framework in frameworks and v.release_name in releases and v.backend in backends and v.arch in arches
-                and v.os == matrix.spec.defaults.os):
-            seen.setdefault((v.release_name, v.backend, v.framework, v.arch), v)
-    if flags.framework and not seen:
-        raise SelectionError(f"--framework {flags.framework}: no release in the selection pins it")
-    return [seen[k] for k in sorted(seen)]
-
-
-def _framework_lock(v: Variant, root: Path, out: Out, *, check: bool, index_url: str, cache_dir: Path) -> int:
-    """Check or make one framework lock; 1 when it failed (said), else 0. A framework lock needs its backend's lock
-    fresh: when that is missing or stale, the framework's fails and says so."""
-    from ascend_images.inputs.frameworklock import check_framework_lock, framework_lock_spec, make_framework_lock
-
-    where = f"{v.release_name}/{v.backend}-{v.framework}-{v.arch}"
-    try:
-        spec = framework_lock_spec(v)
-        path = spec.path(root)
-        where = str(path.relative_to(root.parent))
-        if check:
-            if not path.is_file():
-                raise LockError(f"missing: {spec.command}")
-            check_framework_lock(spec, parse_lock(path))
-            out(f"ok      {where}")
-            return 0
-        started = time.monotonic()
-        written = make_framework_lock(spec, root, note, cache_dir, index_url)
-        out(f"wrote   {where}: {len(parse_lock(written).pins)} packages ({time.monotonic() - started:.1f}s)")
-        return 0
-    except AscendImagesError as exc:
-        out(f"FAILED  {where}: {exc}")
-        return 1
-
-
-def not_locked(matrix, spec: LockSpec) -> str:
-    """Why matrix.yaml says a lock is not to be had ("" when it should exist): its release is blocked, or the release
-    names no locked build for that arch (from_sdist lists per arch what a committed lock builds from sdists)."""
-    release = matrix.spec.releases[spec.release]
-    if release.blocked:
-        return f"release blocked: {release.blocked}"
-    if spec.from_sdist is None:
-        return (f"matrix.yaml locks no {spec.arch} build of {spec.backend} for this release "
-                f"(releases.{spec.release}.backends.{spec.backend}.from_sdist has no {spec.arch})")
-    return ""

@@ -129,6 +129,7 @@ class SourceFlags:
     torch_index_url: str | None = None
     cache_dir: str | None = None  # what `invoke fetch` downloaded; default ~/.cache/ascend-images/downloads
     state_dir: str | None = None  # the trust record's directory; default $XDG_STATE_HOME/ascend-images
+    wheel_store: str | None = None  # the host's wheel store; default ~/.cache/ascend-images/wheels
 
     @property
     def cann_kind(self) -> str:
@@ -139,7 +140,8 @@ class SourceFlags:
         for flag, value, kind in (("--checksums", self.checksums, "file"), ("--cann-dir", self.cann_dir, "dir"),
                                   ("--artifacts-dir", self.artifacts_dir, "dir"),
                                   ("--dest", self.cache_dir, "dir-to-make"),
-                                  ("--state-dir", self.state_dir, "dir-to-make")):
+                                  ("--state-dir", self.state_dir, "dir-to-make"),
+                                  ("--wheel-store", self.wheel_store, "dir-to-make")):
             if value is not None:
                 checked_path(flag, value, kind)  # type: ignore[arg-type]
 
@@ -150,6 +152,12 @@ class SourceFlags:
     def known_pins(self, matrix: Matrix) -> dict[str, Pin]:
         """pins.yaml beside matrix.yaml, over what this host's cache trusted on first use."""
         return {**read_pins(self.trust_record()), **read_pins(pins_path(matrix))}
+
+    def store_root(self) -> Path:
+        from ascend_images.inputs.wheelstore import default_store
+
+        self.check_paths()
+        return Path(self.wheel_store) if self.wheel_store else default_store()
 
     def trust_record(self) -> Path:
         self.check_paths()
@@ -261,3 +269,5 @@ class LockFlags:
     extra_index_urls: list[str] = field(default_factory=list)
     # default: every framework lock of the selection after its backend's; one name: only that framework's locks
     framework: str | None = None
+    layer: str | None = None  # base, torch, backend, framework (comma-separated); default: every layer, lowest first
+    find_links: list[str] = field(default_factory=list)  # local wheel directories to resolve from too

@@ -15,7 +15,7 @@ from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import MATRIX_HELP, SELECTION, exit_with, run_body, task
 from ascend_images.console import Steps
 from ascend_images.errors import SelectionError
-from ascend_images.inputs.lockfile import locks_dir
+from ascend_images.inputs.lockspec import locks_dir
 from ascend_images.inputs.pins import pins_path, read_pins
 from ascend_images.matrix.rules import enforce
 from ascend_images.release import workflow

@@ -73,6 +73,7 @@ SOURCES = FlagGroup("sources", SourceFlags, {
     "cache_dir": "download cache filled by `invoke fetch` (default ~/.cache/ascend-images/downloads)",
     "state_dir": "where this host's trust record is kept (default $XDG_STATE_HOME/ascend-images, "
                  "~/.local/state/ascend-images)",
+    "wheel_store": "the host's wheel store, every locked file by its sha256 (default ~/.cache/ascend-images/wheels)",
 })
 # How a build reaches indexes and mirrors, and what it must keep out of its layers.
 INPUTS = FlagGroup("inputs", InputFlags, {
@@ -141,6 +142,7 @@ def task(*args: Any, **kwargs: Any) -> Any:
 def run_body(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Every error a task meets ends as one line on stderr and an exit code, never as a traceback."""
     import docker
+    import jinja2
     import requests
 
     from ascend_images.builder.engine import explain
@@ -161,6 +163,10 @@ def run_body(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise Exit(f"error: {where}{exc.strerror or exc}", code=VALUE_ERROR) from None
     except UnicodeDecodeError as exc:
         raise Exit(f"error: a file is not UTF-8 text ({exc})", code=VALUE_ERROR) from None
+    except jinja2.TemplateError as exc:  # a template of images/ and the context it was given disagree: ours to mend
+        where = f"{exc.name}:{exc.lineno}: " if isinstance(exc, jinja2.TemplateSyntaxError) else ""
+        raise Exit(f"error: rendering failed, {where}{exc} (a bug of images/ or its context: please report it)",
+                   code=VALUE_ERROR) from None
     finally:  # a step's live line must not outlive its task, however the task ended
         console.stop_live()
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass, field
 
-from ascend_images.inputs.lockfile import Lock, LockError, load_lock
+from ascend_images.inputs.lockfile import Lock, LockError
+from ascend_images.inputs.lockspec import load_lock
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins
@@ -75,13 +76,16 @@ def source_wanted(lock: Lock) -> Wanted:
 
 
 def sdist_wanted(v: Variant) -> list[Wanted]:
+    """The backend's source tree when PyPI does not carry it (a tag archive): PyPI's sdist is a file of the wheel
+    store, pinned by the lock like every other."""
     if v.backend == "none":
         return []
     try:
         lock = load_lock(v)
     except LockError:
         return []  # a build stops on the missing lock itself, with the command that makes it
-    return [source_wanted(lock)]
+    wanted = source_wanted(lock)
+    return [] if wanted.on_pypi else [wanted]
 
 
 def off_pypi_wanted(v: Variant) -> list[Wanted]:

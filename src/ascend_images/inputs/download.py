@@ -34,6 +34,23 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+def without_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """A URL's user:password as a basic Authorization header, and the URL without them (urllib sends neither
+    otherwise): a private index's files are fetched on the host, never in a build."""
+    import base64
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, {}
+    login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    token = base64.b64encode(login.encode()).decode()
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), {
+        "Authorization": f"Basic {token}"}
+
+
 @dataclass
 class Policy:
     attempts: int = 5
@@ -112,11 +129,12 @@ class _Transient(Exception):
 
 def _attempt(req: Request, partial: Path, policy: Policy, progress: Progress) -> None:
     have = partial.stat().st_size if partial.exists() else 0
-    headers = {"User-Agent": "ascend-images", **req.headers}
+    url, auth = without_credentials(req.url)
+    headers = {"User-Agent": "ascend-images", **auth, **req.headers}
     if have:
         headers["Range"] = f"bytes={have}-"
     try:
-        response = urllib.request.urlopen(urllib.request.Request(req.url, headers=headers), timeout=policy.timeout)
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=policy.timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # nothing left to send: what we hold is the whole file
             return

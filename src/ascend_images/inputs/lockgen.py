@@ -1,18 +1,17 @@
-"""Make a backend lock: resolve, with uv, what a backend stage installs for the target platform and
-Python (not this host's), and write it with the header lockfile.py checks.
+"""Make a lock, any layer: resolve with uv what its stage installs for the target platform and Python (not this
+host's), pin the sha256 of the one file the target installs for each package, and write it with the header lockspec
+checks. One maker for every layer (DESIGN 20): what differs is data of the spec.
 
-What gets resolved is what the stage installs: the release's torch pair and backend pins, the
-runtime and build requirements of the source package exactly as its build reads them (vLLM's
-requirements/common.txt for VLLM_TARGET_DEVICE=empty; SGLang's NPU project file), and the build
-requirements of any locked package that has no wheel for the platform and must be built in the image.
+What gets resolved is what the stage installs: the layer's requirements (base: what CANN's tools import, and pip;
+torch: the torch pair; backend: the release's pins and the source package's runtime and build requirements exactly
+as its build reads them, plus the build requirements of any locked package with no wheel for the platform; framework:
+its transcribed requirement files), with the pins of the lock it is made over as constraints.
 """
 
 from __future__ import annotations
 
 import subprocess
-import tarfile
 import tempfile
-import tomllib
 import urllib.parse
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -22,16 +21,15 @@ from packaging.requirements import Requirement
 
 from ascend_images.inputs.lockfile import (
     FIRST_FETCH,
-    HELD,
     LOCK_FORMAT,
+    Lock,
     LockError,
-    LockSpec,
     OffPypiFile,
-    SourcePackage,
-    check_lock,
     parse_lock,
     parse_lock_text,
+    pin_line,
 )
+from ascend_images.inputs.lockspec import OVER, LockSpec, check_lock, lock_path
 from ascend_images.inputs.pins import Pin
 from ascend_images.inputs.pypi import (
     PYPI_SIMPLE,
@@ -43,6 +41,14 @@ from ascend_images.inputs.pypi import (
     has_wheel,
     index_files,
     normalize,
+    target_file,
+)
+from ascend_images.inputs.sourcetree import (
+    SourcePackage,
+    first_difference,
+    sdist_build_requirements,
+    tree_requirements,
+    without_held,
 )
 from ascend_images.tools import which
 
@@ -63,99 +69,7 @@ def uv_binary() -> str:
     return find_uv_bin()
 
 
-def _member(tar: tarfile.TarFile, rel: str) -> str:
-    root = tar.getnames()[0].split("/", 1)[0]
-    try:
-        handle = tar.extractfile(f"{root}/{rel}")
-    except KeyError:
-        handle = None
-    if handle is None:
-        raise LockError(f"{tar.name}: has no {rel}")
-    return handle.read().decode("utf-8")
-
-
-def _requirement_lines(text: str) -> list[str]:
-    out = []
-    for line in text.splitlines():
-        line = line.split(" #", 1)[0].split("\t#", 1)[0].strip()
-        if line and not line.startswith(("#", "-")):
-            out.append(line)
-    return out
-
-
-def _expand_extra(project: dict, name: str, extra: str, seen: set[str] | None = None) -> list[str]:
-    """An extra's requirements with self-references (`sglang[runtime_common]`) expanded."""
-    seen = seen if seen is not None else set()
-    if extra in seen:
-        return []
-    seen.add(extra)
-    extras = project.get("optional-dependencies", {})
-    if extra not in extras:
-        raise LockError(f"{name}: the project file has no extra {extra!r} (it has: {', '.join(sorted(extras))})")
-    out = []
-    for item in extras[extra]:
-        req = Requirement(item)
-        if normalize(req.name) == normalize(name):
-            for sub in sorted(req.extras):
-                out += _expand_extra(project, name, sub, seen)
-        else:
-            out.append(item)
-    return out
-
-
-def tree_requirements(source: SourcePackage, sdist: Path) -> tuple[list[str], list[str]]:
-    """(runtime, build) requirements of the source package as its sdist (or tag archive) declares them, read the
-    way its build reads them."""
-    prefix = f"{source.subdir}/" if source.subdir else ""
-    with tarfile.open(sdist) as tar:
-        if source.name == "vllm":
-            runtime = _requirement_lines(_member(tar, f"{prefix}requirements/common.txt"))
-            build = tomllib.loads(_member(tar, f"{prefix}pyproject.toml"))["build-system"]["requires"]
-        elif source.name == "sglang":
-            project_file = source.project_file or "pyproject.toml"
-            doc = tomllib.loads(_member(tar, prefix + project_file))
-            runtime = list(doc["project"].get("dependencies", []))
-            runtime += _expand_extra(doc["project"], source.name, "srt_npu")
-            build = doc["build-system"]["requires"]
-        else:
-            raise LockError(f"no recipe for the source package {source.name!r}")
-    return runtime, list(build)
-
-
-def without_held(build: list[str] | tuple[str, ...]) -> list[str]:
-    return [r for r in build if normalize(Requirement(r).name) not in HELD]
-
-
-def first_difference(source: SourcePackage, tree: tuple[list[str], list[str]], archive: str) -> str | None:
-    """Where the committed dependency lists differ from those in the source tree: the first package (by name) whose
-    requirement differs, is only in one of them, or None when they agree."""
-    assert source.listed is not None
-    for what, committed, upstream in (("runtime", source.listed.runtime, tree[0]),
-                                      ("build", source.listed.build, tree[1])):
-        ours = {normalize(Requirement(r).name): r for r in committed}
-        theirs = {normalize(Requirement(r).name): r for r in upstream}
-        for name in sorted(set(ours) | set(theirs)):
-            a, b = ours.get(name), theirs.get(name)
-            if a is None or b is None or Requirement(a) != Requirement(b):
-                return (f"{name} ({what}): {source.listed.path} has {a or 'nothing'!r}, "
-                        f"{source.project_file or 'pyproject.toml'} in {archive} has {b or 'nothing'!r}")
-    return None
-
-
-def sdist_build_requirements(sdist: Path) -> list[str]:
-    """PEP 518 build requirements of an sdist (setuptools' defaults when it declares none)."""
-    if not sdist.name.endswith(".tar.gz"):
-        raise LockError(f"{sdist.name}: only .tar.gz sdists are read")
-    with tarfile.open(sdist) as tar:
-        try:
-            doc = tomllib.loads(_member(tar, "pyproject.toml"))
-        except LockError:
-            doc = {}
-    requires = doc.get("build-system", {}).get("requires", ["setuptools>=40.8.0", "wheel"])
-    return [r for r in requires if normalize(Requirement(r).name) not in HELD]
-
-
-def _public(url: str) -> str:
+def public(url: str) -> str:
     """A URL without credentials, for the lock header."""
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or ""
@@ -164,23 +78,75 @@ def _public(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def never(name: str) -> str:
+    """An override that takes a requirement out of a resolution: its marker is never true."""
+    return f"{name} ; sys_platform == 'never'"
+
+
+def _uv_version() -> str:
+    result = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True)
+    return result.stdout.strip() or "uv"
+
+
+def _sdist(files: list[IndexFile], name: str, version: str) -> IndexFile | None:
+    try:
+        return find_sdist(files, name, version)
+    except PackageIndexError:
+        return None
+
+
 class LockMaker:
     def __init__(self, out: Out, cache_dir: Path, index_url: str = PYPI_SIMPLE, torch_index_url: str | None = None,
-                 extra_index_urls: tuple[str, ...] = (), pins: Mapping[str, Pin] | None = None):
+                 extra_index_urls: tuple[str, ...] = (), pins: Mapping[str, Pin] | None = None,
+                 find_links: tuple[Path, ...] = ()):
         self.out = out
         self.cache_dir = cache_dir
         self.index_url = index_url
         self.extra_index_urls = extra_index_urls
         self.torch_index_url = torch_index_url
+        self.find_links = find_links
         self.pins = dict(pins or {})  # the committed pin file's entries
-        self._files: dict[str, list[IndexFile]] = {}
+        self._files: dict[tuple[str, str], list[IndexFile]] = {}
 
-    def files(self, project: str) -> list[IndexFile]:
-        key = normalize(project)
+    # --- where files are -------------------------------------------------------------------------------------------
+    def indexes(self, spec: LockSpec) -> list[str]:
+        torch_index = spec.torch_index_url if self.torch_index_url is None else self.torch_index_url
+        return [self.index_url, *(u for u in (torch_index, *self.extra_index_urls) if u)]
+
+    def files(self, project: str, index: str | None = None) -> list[IndexFile]:
+        key = (index or self.index_url, normalize(project))
         if key not in self._files:
-            self._files[key] = index_files(self.index_url, project)
+            self._files[key] = index_files(key[0], project)
         return self._files[key]
 
+    def local_files(self, project: str) -> list[IndexFile]:
+        """The find-links directories' files of a project, with their sha256 (computed: a directory publishes none)."""
+        from ascend_images.inputs.download import sha256_file
+
+        stem = normalize(project)
+        return [IndexFile(p.name, p.as_uri(), sha256_file(p)) for d in self.find_links if d.is_dir()
+                for p in sorted(d.iterdir()) if p.is_file() and normalize(p.name.split("-")[0]) == stem]
+
+    def target_file(self, spec: LockSpec, name: str, version: str, sdist: bool) -> IndexFile:
+        """The file the target installs for a pin: its best wheel for the platform (the tag pip and uv prefer), or
+        the sdist it is built from; from a find-links directory or the first index that has it."""
+        candidates = [self.local_files(name)]
+        for index in self.indexes(spec):
+            try:
+                candidates.append(self.files(name, index))
+            except PackageIndexError:
+                continue
+        for files in candidates:
+            found = _sdist(files, name, version) if sdist else target_file(files, name, version, spec.arch,
+                                                                            spec.python_tag)
+            if found is not None:
+                if not found.sha256:
+                    raise LockError(f"{found.url}: the index publishes no sha256 for it")
+                return found
+        what = "sdist" if sdist else f"wheel for {spec.platform}"
+        raise LockError(f"{name}=={version}: no {what} on {', '.join(public(u) for u in self.indexes(spec))}")
+
+    # --- resolution ------------------------------------------------------------------------------------------------
     def off_pypi(self, spec: LockSpec) -> list[OffPypiFile]:
         """Each pinned package whose version the index lacks for the platform. It must be one matrix.yaml installs
         --no-deps from a vendor's file (package_indexes.<name>.no_deps, as upstream installs it): the lock is
@@ -196,48 +162,61 @@ class LockMaker:
                 continue
             where = f"package_indexes.{normalize(name)}"
             if normalize(name) not in spec.no_deps:
-                raise LockError(f"{name}=={version} is not on {_public(self.index_url)} for {spec.platform}, and "
+                raise LockError(f"{name}=={version} is not on {public(self.index_url)} for {spec.platform}, and "
                                 f"matrix.yaml {where} has no no_deps: say (with upstream's source) that it is "
                                 "installed --no-deps, so the lock can be resolved without its metadata")
             candidates = [IndexFile(p.file, p.url, p.sha256) for p in self.pins.values()]
             pinned = find_wheel(candidates, name, version, spec.arch, spec.python_tag)
             entry = (OffPypiFile(normalize(name), version, pinned.file, pinned.url, pinned.sha256) if pinned
                      else OffPypiFile(normalize(name), version))
-            self.out(f"[lock]   {name} {version} is not on {_public(self.index_url)}: resolved without it "
+            self.out(f"[lock]   {name} {version} is not on {public(self.index_url)}: resolved without it "
                      f"({where}.no_deps), installed --no-deps from "
                      + (f"{pinned.file} (pins.yaml)" if pinned else "the file fetch records on first use"))
             out.append(entry)
         return out
 
-    def _resolve(self, spec: LockSpec, lines: list[str], work: Path, without: list[str]) -> dict[str, str]:
+    def _resolve(self, spec: LockSpec, lines: list[str], work: Path, held_out: list[str],
+                 previous: Lock | None) -> dict[str, str]:
         (work / "requirements.in").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        overrides: list[str] = []
-        override_lines = [*spec.overrides, *(never(name) for name in without)]
-        if override_lines:
-            (work / "overrides.txt").write_text("\n".join(override_lines) + "\n", encoding="utf-8")
-            overrides = ["--override", "overrides.txt"]
-        cmd = [uv_binary(), "pip", "compile", "requirements.in", "-o", "resolved.txt", "--quiet", *overrides,
-               "--python-platform", spec.platform, "--python-version", spec.python_version,
-               "--no-header", "--annotation-style", "line", "--index-url", self.index_url]
-        torch_index = spec.torch_index_url if self.torch_index_url is None else self.torch_index_url
-        extras = [u for u in (torch_index, *self.extra_index_urls) if u]
-        for url in extras:
+        overridden = {normalize(o.partition("==")[0]) for o in spec.overrides}
+        below = spec.over.pins if spec.over is not None else {}
+        (work / "constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in below.items()
+                                                      if n not in held_out and n not in overridden), encoding="utf-8")
+        (work / "overrides.txt").write_text("".join(o + "\n" for o in (*spec.overrides, *map(never, held_out))),
+                                            encoding="utf-8")
+        if previous is not None and not (work / "resolved.txt").exists():
+            # uv keeps the versions of an existing output file where they still fit: a lock made again moves only
+            # what its inputs move
+            (work / "resolved.txt").write_text("".join(f"{n}=={v}\n" for n, v in previous.pins.items()),
+                                               encoding="utf-8")
+        cmd = [uv_binary(), "pip", "compile", "requirements.in", "-c", "constraints.txt", "--override",
+               "overrides.txt", "-o", "resolved.txt", "--quiet", "--python-platform", spec.platform,
+               "--python-version", spec.python_version, "--no-header", "--annotation-style", "line",
+               "--index-url", self.index_url]
+        for url in self.indexes(spec)[1:]:
             cmd += ["--extra-index-url", url]
-        if extras:
+        for directory in self.find_links:
+            cmd += ["--find-links", str(directory)]
+        if len(self.indexes(spec)) > 1 or self.find_links:
             cmd += ["--index-strategy", "unsafe-best-match"]
         result = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
         if result.returncode != 0:
+            torch_index = self.indexes(spec)[1] if len(self.indexes(spec)) > 1 else ""
             hint = (f" (the x86_64 torch CPU build is on {torch_index}; pass --torch-index-url for a mirror)"
-                    if torch_index else "")
-            raise LockError(f"uv could not resolve {spec.release}/{spec.backend}/{spec.arch}{hint}:\n"
+                    if torch_index and spec.layer in ("torch", "backend") else "")
+            over = f" over {spec.over.path.name} (every pin of it held)" if spec.over is not None else ""
+            raise LockError(f"uv could not resolve {spec.name}{over}{hint}:\n"
                             + (result.stderr.strip() or result.stdout.strip()))
         return parse_lock(work / "resolved.txt").pins
 
-    def _needs_build(self, spec: LockSpec, pins: dict[str, str], skip: set[str]) -> list[str]:
-        names = [n for n in pins if n not in HELD and n not in skip]
+    def _needs_build(self, spec: LockSpec, pins: Mapping[str, str], skip: set[str]) -> list[str]:
+        def has_one(name: str) -> bool:
+            local = target_file(self.local_files(name), name, pins[name], spec.arch, spec.python_tag)
+            return local is not None or has_wheel(self.files(name), name, pins[name], spec.arch, spec.python_tag)
+
+        names = [n for n in pins if n not in skip]
         with ThreadPoolExecutor(8) as pool:
-            wheels = dict(zip(names, pool.map(
-                lambda n: has_wheel(self.files(n), n, pins[n], spec.arch, spec.python_tag), names), strict=True))
+            wheels = dict(zip(names, pool.map(has_one, names), strict=True))
         return sorted(n for n, ok in wheels.items() if not ok)
 
     def source_archive(self, source: SourcePackage) -> tuple[IndexFile, Path | None]:
@@ -260,7 +239,7 @@ class LockMaker:
                      "alone, not checked against the tree")
             return item, None
 
-    def requirements(self, source: SourcePackage, tree: Path | None) -> tuple[list[str], list[str], str]:
+    def source_requirements(self, source: SourcePackage, tree: Path | None) -> tuple[list[str], list[str], str]:
         """(runtime, build) requirements and the header line saying where they come from: the committed lists
         (checked against the tree when it is here: a difference stops the lock), or the tree itself."""
         if source.listed is None:
@@ -278,110 +257,146 @@ class LockMaker:
         return (list(source.listed.runtime), without_held(source.listed.build),
                 f"{source.listed.path} ({source.listed.upstream}; {checked})")
 
+    def build_requirements_of(self, spec: LockSpec, name: str, version: str, pins: Mapping[str, str],
+                              relaxed: list[str]) -> list[str]:
+        """An sdist's build requirements. Sdists build without isolation, against the image's packages: as torch's,
+        a build requirement's pin on a package the runtime set already has yields to the runtime's version
+        (arctic-inference 0.1.1 pins protobuf==5.29.5 to build, vLLM 0.18.0 needs protobuf>=5.29.6 to run)."""
+        extra = sdist_build_requirements(download(find_sdist(self.files(name), name, version), self.cache_dir))
+        self.out(f"[lock]   {name} {version} has no {spec.platform} wheel: built in the image "
+                 f"(build requirements: {', '.join(extra)})")
+        for i, requirement in enumerate(extra):
+            req = Requirement(requirement)
+            have = pins.get(normalize(req.name))
+            if have is not None and not req.specifier.contains(have, prereleases=True):
+                relaxed.append(f"{requirement.replace(' ', '')}({name})")
+                extra[i] = req.name
+                self.out(f"[lock]     {requirement} yields to the runtime's {req.name}=={have} (no build isolation)")
+        return extra
+
+    # --- the lock --------------------------------------------------------------------------------------------------
     def make(self, spec: LockSpec, root: Path) -> Path:
-        source = spec.source
-        sdist_item, tree = self.source_archive(source)
-        self.out(f"[lock] {spec.release}/{spec.backend}/{spec.arch}: {sdist_item.file} "
-                 f"(sha256 {sdist_item.sha256[:12] or 'recorded on first fetch'})")
-        runtime, build, listed_from = self.requirements(source, tree)
+        # an index that does not answer is named as such before the resolver words it its own way
+        first = spec.source.name if spec.source else next(iter(spec.requirements), "pip")
+        self.files(first.split("==")[0].split("<")[0].split(">")[0].strip())
+        path = lock_path(root, spec)
+        previous = parse_lock(path) if path.is_file() else None
+        header: list[str] = []
+        lines = [f"# {spec.name}: what the layer asks for", *spec.requirements]
+        for listed in spec.listed:
+            lines += [f"# {spec.framework} {spec.version}: {listed.path} ({listed.upstream})", *listed.requirements]
+        no_deps = {normalize(p.partition("==")[0]): p.partition("==")[2] for p in spec.installed_no_deps}
+        held_out = sorted({*no_deps, *(f.name for f in spec.over.off_pypi)} if spec.over is not None else no_deps)
+        off_pypi = self.off_pypi(spec)
+        held_out = sorted({*held_out, *(f.name for f in off_pypi)})
+        build: list[str] = []
         from_source: list[str] = []
-        # Sdists build without isolation, against the image's packages: as torch's, a build requirement's pin on a
-        # package the runtime set already has yields to the runtime's version (arctic-inference 0.1.1 pins
-        # protobuf==5.29.5 to build, vLLM 0.18.0 needs protobuf>=5.29.6 to run); the header lists each one.
         relaxed: list[str] = []
+        if spec.source is not None:
+            sdist_item, tree = self.source_archive(spec.source)
+            pinned = sdist_item.sha256[:12] or "recorded on first fetch"
+            self.out(f"[lock] {spec.name}: {sdist_item.file} (sha256 {pinned})")
+            runtime, build, listed_from = self.source_requirements(spec.source, tree)
+            lines += [f"# {spec.source.name} {spec.source.version}: runtime requirements as its build reads them",
+                      *runtime]
+            header += [f"# source-package: {spec.source.name}=={spec.source.version}"
+                       + (f" ({spec.source.project_file})" if spec.source.project_file else ""),
+                       f"# source-sdist: {sdist_item.file} {sdist_item.url} "
+                       + (f"sha256:{sdist_item.sha256}" if sdist_item.sha256 else FIRST_FETCH),
+                       f"# source-requirements: {listed_from}",
+                       *([f"# source-subdir: {spec.source.subdir}"] if spec.source.subdir else [])]
+        else:
+            self.out(f"[lock] {spec.name}" + (f": over {spec.over.path.name} ({len(spec.over.pins)} pins)"
+                                             if spec.over is not None else ""))
+        below = spec.over.pins if spec.over is not None else {}
         with tempfile.TemporaryDirectory(prefix="ascend-lock.") as tmp:
             work = Path(tmp)
-            off_pypi = self.off_pypi(spec)
-            without = [f.name for f in off_pypi]
             for _ in range(MAX_ROUNDS):
-                lines = [f"# {spec.release} {spec.backend} {spec.arch}: release pins", *spec.requirements,
-                         f"# {source.name} {source.version}: runtime requirements as its build reads them", *runtime,
-                         "# build requirements (installed first; sdists build without isolation)", *build]
-                pins = self._resolve(spec, lines, work, without)
-                new = [n for n in self._needs_build(spec, pins, set(without)) if n not in from_source]
+                asked = [*lines, "# build requirements (installed first; sdists build without isolation)", *build]
+                pins = self._resolve(spec, asked, work, held_out, previous)
+                added = {n: v for n, v in pins.items() if below.get(n) != v}
+                new = [n for n in self._needs_build(spec, added, set(held_out)) if n not in from_source]
                 if not new:
                     break
+                if spec.layer != "backend":  # a framework's sdists build against the backend's tools, pinned there
+                    for name in new:
+                        needs = [normalize(Requirement(r).name) for r in self.build_requirements_of(
+                            spec, name, added[name], pins, relaxed)]
+                        if missing := [n for n in needs if n not in below and n not in added]:
+                            raise LockError(f"{spec.name}: {name}=={added[name]} has no {spec.platform} wheel, and "
+                                            f"its sdist needs {', '.join(missing)} to build, which no lock pins")
+                    from_source += new
+                    break
                 for name in new:
-                    item = find_sdist(self.files(name), name, pins[name])
-                    extra = sdist_build_requirements(download(item, self.cache_dir))
-                    self.out(f"[lock]   {name} {pins[name]} has no {spec.platform} wheel: built in the image "
-                             f"(build requirements: {', '.join(extra)})")
-                    for i, requirement in enumerate(extra):
-                        req = Requirement(requirement)
-                        have = pins.get(normalize(req.name))
-                        if have is not None and not req.specifier.contains(have, prereleases=True):
-                            relaxed.append(f"{requirement.replace(' ', '')}({name})")
-                            extra[i] = req.name
-                            self.out(f"[lock]     {requirement} yields to the runtime's {req.name}=={have} "
-                                     "(no build isolation)")
-                    build = sorted({*build, *extra})
+                    build = sorted({*build, *self.build_requirements_of(spec, name, pins[name], pins, relaxed)})
                 from_source += new
             else:
-                raise LockError(f"{spec.release}/{spec.backend}/{spec.arch}: build requirements did not settle "
-                                f"after {MAX_ROUNDS} rounds (from source: {', '.join(from_source)})")
-            body = (work / "resolved.txt").read_text(encoding="utf-8")
-        # what the resolver left out stands in the body as the pin it is, so the install and every check see it
-        body += "".join(f"{f.name}=={f.version}  # not on PyPI: installed --no-deps from the off-pypi file above\n"
-                        for f in off_pypi)
-        cuda = sorted(n for n in pins if n.startswith(CUDA_PREFIXES))
+                raise LockError(f"{spec.name}: build requirements did not settle after {MAX_ROUNDS} rounds (from "
+                                f"source: {', '.join(from_source)})")
+            annotations = {normalize(line.split("==", 1)[0]): line.split("#", 1)[1].strip()
+                           for line in (work / "resolved.txt").read_text(encoding="utf-8").splitlines()
+                           if "==" in line and "#" in line}
+        cuda = sorted(n for n in added if n.startswith(CUDA_PREFIXES))
         if cuda:
-            raise LockError(f"{spec.release}/{spec.backend}/{spec.arch}: the resolution pulls CUDA packages "
-                            f"({', '.join(cuda)}); an NPU image must not carry them")
-        build_names = sorted({normalize(Requirement(r).name) for r in build})
+            raise LockError(f"{spec.name}: the resolution pulls CUDA packages ({', '.join(cuda)}); an NPU image must "
+                            "not carry them")
+        body = [pin_line(n, v, self.target_file(spec, n, v, n in from_source).sha256, annotations.get(n, ""))
+                for n, v in sorted(added.items())]
+        body += [pin_line(f.name, f.version, None, "not on PyPI: installed --no-deps from the off-pypi file above")
+                 for f in off_pypi]
+        body += [pin_line(n, v, self.target_file(spec, n, v, False).sha256, "installed --no-deps, as upstream does "
+                          "(matrix.yaml frameworks)") for n, v in sorted(no_deps.items())]
+        header = self.header(spec, header, build, from_source, relaxed, off_pypi, held_out)
+        return write_lock(spec, root, "\n".join(header) + "\n" + "\n".join(body) + "\n")
+
+    def header(self, spec: LockSpec, source_lines: list[str], build: list[str], from_source: list[str],
+               relaxed: list[str], off_pypi: list[OffPypiFile], held_out: list[str]) -> list[str]:
+        over = ([f"# over: {spec.over.path.name} sha256:{spec.over_sha256}"] if spec.over is not None else [])
         header = [
-            f"# ascend-images backend lock for {spec.release} / {spec.backend} / {spec.arch}, "
-            f"Python {spec.python_version}",
-            "# Resolved for the target platform by `invoke lock`; do not edit, regenerate with the command below.",
-            f"# format: {LOCK_FORMAT}",
-            f"# release: {spec.release}",
-            f"# backend: {spec.backend}",
-            f"# arch: {spec.arch}",
-            f"# python: {spec.python_version}",
-            f"# platform: {spec.platform}",
-            f"# inputs-sha256: {spec.inputs_sha256()}",
-            f"# regenerate: {spec.command}",
+            f"# ascend-images {spec.layer} lock for {spec.name}, Python {spec.python_version}",
+            "# Resolved for the target platform by `invoke lock`" + (f" over the {OVER[spec.layer]} lock (each of its "
+                                                                      "pins held)" if spec.over is not None else "")
+            + "; do not edit, regenerate with the command below.",
+            f"# format: {LOCK_FORMAT}", f"# layer: {spec.layer}",
+            *([f"# release: {spec.release}"] if spec.release else []),
+            *([f"# backend: {spec.backend}"] if spec.backend else []),
+            *([f"# framework: {spec.framework}=={spec.version}"] if spec.framework else []),
+            f"# arch: {spec.arch}", f"# python: {spec.python_version}", f"# platform: {spec.platform}",
+            f"# inputs-sha256: {spec.inputs_sha256()}", *over, f"# regenerate: {spec.command}",
             f"# resolver: {_uv_version()} pip compile",
-            f"# index: {' '.join(_public(u) for u in (self.index_url, *self.extra_index_urls))}",
-            f"# source-package: {source.name}=={source.version}"
-            + (f" ({source.project_file})" if source.project_file else ""),
-            f"# source-sdist: {sdist_item.file} {sdist_item.url} "
-            + (f"sha256:{sdist_item.sha256}" if sdist_item.sha256 else FIRST_FETCH),
-            f"# source-requirements: {listed_from}",
-            *([f"# source-subdir: {source.subdir}"] if source.subdir else []),
-            f"# build-requirements: {' '.join(build_names)}",
-            f"# from-source: {' '.join(sorted(from_source))}",
+            f"# index: {' '.join(public(u) for u in self.indexes(spec))}",
+            "# hashes: the sha256 of the file the target installs (its best wheel for the platform, or the sdist it "
+            "is built from)",
+            *source_lines,
         ]
+        if spec.source is not None or build:
+            header.append(f"# build-requirements: {' '.join(sorted({normalize(Requirement(r).name) for r in build}))}")
+        header.append(f"# from-source: {' '.join(sorted(from_source))}")
         if relaxed:
             header.append(f"# build-pins-relaxed: {' '.join(relaxed)}")
         if off_pypi:
             header.append("# off-pypi: " + ", ".join(
                 f"{f.name}=={f.version} {f.file} {f.url} sha256:{f.sha256}" if f.file else f"{f.name}=={f.version} "
                 f"{FIRST_FETCH}" for f in off_pypi))
-            header.append("# resolved-without: " + " ".join(without) + " (uv --override NAME ; "
-                          "sys_platform == 'never': installed --no-deps, as matrix.yaml package_indexes.*.no_deps "
-                          "says upstream does; the resolver never read their metadata)")
+        if held_out:
+            header.append("# resolved-without: " + " ".join(held_out) + " (uv --override NAME ; sys_platform == "
+                          "'never': installed --no-deps, as matrix.yaml says upstream does; the resolver never read "
+                          "their metadata)")
+        if spec.installed_no_deps:
+            header.append(f"# no-deps: {' '.join(spec.installed_no_deps)}")
         if spec.overrides:
             header.append(f"# overrides: {' '.join(spec.overrides)}")
-        return write_lock(spec, root, "\n".join(header) + "\n" + body)
-
-
-def never(name: str) -> str:
-    """An override that takes a requirement out of a resolution: its marker is never true."""
-    return f"{name} ; sys_platform == 'never'"
-
-
-def _uv_version() -> str:
-    result = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True)
-    return result.stdout.strip() or "uv"
+        if spec.archives:
+            header.append("# archives: " + ", ".join(f"{a.name}=={a.version} {a.file} {a.url}" for a in spec.archives))
+        return header
 
 
 def write_lock(spec: LockSpec, root: Path, text: str) -> Path:
     """Atomic: a lock that fails its own check is never left in place."""
-    path = spec.path(root)
+    path = lock_path(root, spec)
     check_lock(spec, parse_lock_text(text, path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
-

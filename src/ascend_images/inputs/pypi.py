@@ -13,7 +13,15 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from ascend_images.errors import AscendImagesError
-from ascend_images.inputs.download import DownloadError, Policy, Request, commit, fetch_file, sha256_file
+from ascend_images.inputs.download import (
+    DownloadError,
+    Policy,
+    Request,
+    commit,
+    fetch_file,
+    sha256_file,
+    without_credentials,
+)
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 
@@ -79,11 +87,11 @@ def checked_index_url(flag: str, url: str) -> str:
 
 
 def index_files(index_url: str, project: str, timeout: float = 60) -> list[IndexFile]:
-    page = f"{index_url.rstrip('/')}/{normalize(project)}/"
+    page, auth = without_credentials(f"{index_url.rstrip('/')}/{normalize(project)}/")
     delay = INDEX_BACKOFF
     for attempt in range(1, INDEX_ATTEMPTS + 1):
         try:
-            with urllib.request.urlopen(page, timeout=timeout) as response:
+            with urllib.request.urlopen(urllib.request.Request(page, headers=auth), timeout=timeout) as response:
                 html = response.read().decode("utf-8", "replace")
             break
         except urllib.error.HTTPError as exc:
@@ -101,9 +109,13 @@ def index_files(index_url: str, project: str, timeout: float = 60) -> list[Index
     parser = _Links()
     parser.feed(html)
     files = []
+    login = urllib.parse.urlsplit(index_url)
     for href in parser.links:
         url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
         sha = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
+        where = urllib.parse.urlsplit(url)
+        if login.username is not None and where.hostname == login.hostname:  # the index's files need its login too
+            url = urllib.parse.urlunsplit((where.scheme, login.netloc, where.path, where.query, ""))
         files.append(IndexFile(urllib.parse.unquote(url.rsplit("/", 1)[-1]), url, sha))
     return files
 
@@ -142,6 +154,42 @@ def find_wheel(files: list[IndexFile], project: str, version: str, arch: str, py
         if py_ok and plat_ok:
             return f
     return None
+
+
+def target_tags(arch: str, python_tag: str, glibc_minor: int = 35) -> list[str]:
+    """The wheel tags a CPython `python_tag` on Linux `arch` with glibc 2.`glibc_minor` installs, most preferred
+    first, as pip and uv order them (packaging.tags): its own ABI, then abi3, then pure Python; newest glibc first."""
+    from packaging import tags
+
+    version = (int(python_tag[2]), int(python_tag[3:]))
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"} if arch == "x86_64" else {17: "manylinux2014"}
+    platforms = []
+    for minor in range(glibc_minor, 4, -1):
+        platforms.append(f"manylinux_2_{minor}_{arch}")
+        if minor in legacy:
+            platforms.append(f"{legacy[minor]}_{arch}")
+    platforms.append(f"linux_{arch}")
+    return [str(t) for t in (*tags.cpython_tags(version, platforms=platforms),
+                             *tags.compatible_tags(version, f"cp{version[0]}{version[1]}", platforms))]
+
+
+def target_file(files: list[IndexFile], project: str, version: str, arch: str, python_tag: str) -> IndexFile | None:
+    """The wheel the target installs for a pin: of the compatible ones, the one whose best tag ranks first."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    rank = {tag: i for i, tag in enumerate(target_tags(arch, python_tag))}
+    best: tuple[int, IndexFile] | None = None
+    for f in _version_files(files, project, version):
+        if not f.file.endswith(".whl"):
+            continue
+        try:
+            _, _, _, wheel_tags = parse_wheel_filename(f.file)
+        except InvalidWheelFilename:
+            continue
+        score = min((rank[str(t)] for t in wheel_tags if str(t) in rank), default=None)
+        if score is not None and (best is None or score < best[0]):
+            best = (score, f)
+    return best[1] if best else None
 
 
 def has_wheel(files: list[IndexFile], project: str, version: str, arch: str, python_tag: str) -> bool:

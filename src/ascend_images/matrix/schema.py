@@ -45,6 +45,8 @@ class ArchSpec(Strict):
     docker_variant: str | None = None
     torch_local_version: str
     torch_index_url: str
+    # why no lock above the base layer is made for this arch (its builds stop, and `lock --check` says so)
+    unlocked: str | None = None
     source: str
 
 
@@ -360,6 +362,20 @@ class PackageIndexSpec(Strict):
     source: str
 
 
+class ToolFile(Strict):
+    file: str
+    url: str
+    sha256: str
+
+
+class ToolSpec(Strict):
+    """A build tool the stages run (uv): its version and, per host arch, the file to install with its sha256."""
+
+    version: str
+    files: dict[str, ToolFile]  # arch -> the file for a host of that arch
+    source: str
+
+
 class MatrixSpec(Strict):
     schema_: Literal[1] = Field(alias="schema")
     sources: dict[str, str]
@@ -376,6 +392,8 @@ class MatrixSpec(Strict):
     releases: dict[str, ReleaseSpec]
     # package -> where `invoke lock` looks for a pinned version PyPI lacks (the lock records the file and sha256)
     package_indexes: dict[str, PackageIndexSpec] = Field(default_factory=dict)
+    # the tools a build runs (uv: installs each stage's packages, natively, for the target platform)
+    tools: dict[str, ToolSpec] = Field(default_factory=dict)
     defaults: DefaultsSpec
     env: EnvSpec
     ci: CiSpec

@@ -12,6 +12,7 @@ from typing import Any
 from ascend_images.checkout import revision
 from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.lockfile import LockError, parse_lock
+from ascend_images.inputs.lockspec import LAYERS, lock_file
 from ascend_images.inputs.pins import Pin
 from ascend_images.inputs.pypi import normalize
 from ascend_images.release.inventory import read_inventory
@@ -156,12 +157,14 @@ def findings(docs: Attestations, *, locks_dir: Path, pins: Mapping[str, Pin], ch
     # installed from an index (pkg:pypi) or from a file (pkg:generic: a vendor wheel, a git archive): both are locked
     python = {c["name"]: c.get("version") for c in components
               if str(c.get("purl", "")).startswith(("pkg:pypi/", "pkg:generic/"))}
-    release, backend, arch, framework = (labels.get(f"{LABEL_PREFIX}.{k}", "")
-                                         for k in ("release", "backend", "arch", "framework"))
-    if backend and backend != "none":
-        paths = [locks_dir / release / f"{backend}-{arch}.txt"]
-        if framework:  # its lock adds packages and may move a backend pin: it is read last and wins
-            paths.append(locks_dir / release / f"{backend}-{framework}-{arch}.txt")
+    release, backend, arch, framework, python_version = (labels.get(f"{LABEL_PREFIX}.{k}", "") for k in (
+        "release", "backend", "arch", "framework", "python-version"))
+    if release:
+        # every layer the image's stages installed, the lowest first: a layer over another may move a pin, and wins
+        layers = [layer for layer in LAYERS if layer in ("base", "torch") or (layer == "backend" and backend
+                  not in ("", "none")) or (layer == "framework" and framework)]
+        paths = [lock_file(locks_dir, layer, release=release, backend=backend, framework=framework, arch=arch,
+                           python_version=python_version) for layer in layers]
         locked: dict[str, str] = {}
         try:
             for path in paths:

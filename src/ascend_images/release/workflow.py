@@ -6,14 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ascend_images.errors import AscendImagesError
-from ascend_images.inputs.frameworklock import load_framework_lock
-from ascend_images.inputs.lockfile import load_lock
+from ascend_images.inputs.lockspec import load_lock, variant_layers
 from ascend_images.matrix.model import Matrix, select
 
 
 def ci_matrix(matrix: Matrix, lists: bool = False) -> dict:
     """The publish selection of matrix.yaml as a GitHub Actions strategy.matrix: one job per variant and
-    arch, or with `lists` one per manifest list (the merge jobs). A backend entry must have a fresh lock
+    arch, or with `lists` one per manifest list (the merge jobs). Every entry must have a fresh lock of each layer
     for each of its arches, so CI never starts a build that is bound to fail on a missing lock."""
     include = []
     for entry in matrix.spec.ci.publish:
@@ -23,10 +22,8 @@ def ci_matrix(matrix: Matrix, lists: bool = False) -> dict:
         name = f"{entry.release}-{entry.device}-{top}-{entry.os}"
         for arch in entry.arches:
             (variant,) = select(matrix, arch=arch, **base)
-            if variant.backend != "none":
-                load_lock(variant)
-            if variant.framework != "none":
-                load_framework_lock(variant)
+            for layer in variant_layers(variant):  # a build bound to fail on a missing or stale lock never starts
+                load_lock(variant, layer)
             if not lists:
                 runner = matrix.spec.arches[arch].github_runner
                 include.append({**base, "arch": arch, "runner": runner, "name": f"{name}-{arch}"})

@@ -18,6 +18,7 @@ from pathlib import Path
 from ascend_images.inputs.pins import pinned_sha256, pins_path, read_pins
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import Matrix, Variant, load_matrix, select
+from ascend_images.stages.kinds import KINDS
 from ascend_images.stages.names import DEFAULT_NAMESPACE
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
@@ -62,6 +63,8 @@ def render_all(matrix: Matrix) -> dict[str, str]:
     renderer = Renderer()
     out = {}
     for stage in plan.stages:
+        if KINDS[stage.kind].tool:  # the build host's own tool: its arch is the host's, not a committed fact
+            continue
         ctx, _ = renderer.context(stage, sources)
         out[f"{stage.slug}/Dockerfile"] = HEADER + renderer.render_text(stage, ctx)
     return out

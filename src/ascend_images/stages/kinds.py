@@ -11,37 +11,26 @@ is described, and what its build context holds beyond the template's common vari
 - torch: torch and torch_npu; vllm / sglang: the backend from its lock; framework: an RL framework (verl, ROLL)
   from its lock over the backend's, and its tag archives; overlay: a non-default profile, allocator
   or user --env over the image below (a thin image, so such a choice never rebuilds CANN or torch).
+- installer: no variant's image, a tool of the build host's own arch: the OS's Python and uv, which install every
+  locked stage's packages natively for the target (DESIGN 19). Rows with a `lock_layer` install that lock's layer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ascend_images.checkout import IMAGES_DIR
-from ascend_images.inputs.artifacts import (
-    bisheng_wanted,
-    framework_wanted,
-    off_pypi_wanted,
-    sglang_wanted,
-    source_wanted,
-)
-from ascend_images.inputs.frameworklock import load_framework_lock
-from ascend_images.inputs.lockfile import LockError, load_lock
-from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Artifact, Sources, sha256_file
-from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
+from ascend_images.inputs.sources import Sources
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
+from ascend_images.stages import contexts as ctxs
+from ascend_images.stages.contexts import DOWNLOADS_LABEL, LABEL_PREFIX, Captured
 from ascend_images.stages.stage import Stage
 
-LABEL_PREFIX = "io.ascend-images"
-DOWNLOADS_LABEL = f"{LABEL_PREFIX}.downloads"  # .<stage kind>: what it installed from downloads PyPI lacks
-LAYOUT_LAYER = "cann:image"  # what the official CANN image sets itself, beside its env scripts
-
-Captured = Mapping[str, str] | None
+__all__ = ["DOWNLOADS_LABEL", "KINDS", "LABEL_PREFIX", "StageKind"]
 # a kind's part of the build context: (stage, sources, captured env, template variables, extra files) -> None
 ContextPart = Callable[["Stage", Sources, Captured, dict[str, Any], dict[str, bytes]], None]
 
@@ -79,6 +68,10 @@ class StageKind:
     repo_of: Callable[[Variant], str] | None = None
     # the kind whose doubles this one's test-double label names too (a framework's: its backend's)
     doubles_below: Callable[[Variant], str] | None = None
+    # the lock layer (inputs/lockspec.LAYERS) whose packages this kind installs; None: no Python package
+    lock_layer: str | None = None
+    # a tool of the build host (the installer): built for the host's own arch, never part of a variant's image
+    tool: bool = False
 
     def repo_for(self, v: Variant) -> str:
         return self.repo_of(v) if self.repo_of else self.repo
@@ -142,16 +135,6 @@ def _image_labels(v: Variant) -> dict[str, str]:
     return _label(os=v.os, arch=v.arch, python=v.python, python_version=v.python_version)
 
 
-# --- base ------------------------------------------------------------------------------------------------------
-def _base_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                  files: dict[str, bytes]) -> None:
-    v = stage.variant
-    if v.python != "system":
-        resolved = sources.artifacts.resolve(f"python {v.python}", bisheng_wanted(v))
-        ctx["python"]["artifacts"] = [{"url": a.url, "sha256": a.sha256} for a in resolved.values()]
-        record_downloads(stage, ctx, resolved.values())
-
-
 # --- cann-install ------------------------------------------------------------------------------------------------
 def _cann_install_labels(stage: Stage) -> dict[str, str]:
     v = stage.variant
@@ -161,42 +144,11 @@ def _cann_install_labels(stage: Stage) -> dict[str, str]:
                         cann_layout=v.cann.layout, hdk_floor=str(v.hdk_floor))
 
 
-def _cann_install_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                          files: dict[str, bytes]) -> None:
-    packages = sources.cann.packages(stage.variant)
-    ctx["cann"]["packages"] = [{"kind": p.kind, "url": p.url, "sha256": p.sha256} for p in packages]
-    record_downloads(stage, ctx, packages)
-
-
-# --- cann ----------------------------------------------------------------------------------------------------------
-def _cann_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                  files: dict[str, bytes]) -> None:
-    v = stage.variant
-    baked = baked_env(v, backend=False)
-    if captured is not None:
-        ctx["captured"] = ctx["env"] = [{"name": k, "value": val, "comment": ""} for k, val in captured.items()]
-    # beside its scripts, the official image sets these itself (the layout says which, with its source)
-    ctx["layout_env"] = [{"name": k, "value": val, "comment": f"{LAYOUT_LAYER}; source: {v.layout.source}"}
-                         for k, val in v.layout_env.items()]
-    ctx["defaults"] = env_items(baked)
-    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
-    files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
-
-
 # --- torch ---------------------------------------------------------------------------------------------------------
 def _torch_labels(stage: Stage) -> dict[str, str]:
     v = stage.variant
     return _label(release=v.release_name, backend="none", torch=v.torch, torch_npu=v.torch_npu,
                   profile=v.matrix.spec.defaults.profile)
-
-
-def _torch_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                   files: dict[str, bytes]) -> None:
-    v = stage.variant
-    local = v.arch_spec.torch_local_version
-    index = v.arch_spec.torch_index_url if sources.torch_index_url is None else sources.torch_index_url
-    ctx["torch"] = {"index_url": index, "requirements": ["torch", "torch-npu"]}
-    files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
 
 
 # --- the backends: vllm and sglang -----------------------------------------------------------------------------------
@@ -226,83 +178,6 @@ def _sglang_version(v: Variant) -> str:
     return v.backend_pins.sglang
 
 
-def _backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                     files: dict[str, bytes]) -> None:
-    v = stage.variant
-    baked = baked_env(v, backend=True)
-    below = baked_env(v, backend=False)
-    # only what the backend layer changes after profile precedence is applied
-    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
-    ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
-    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
-    ctx["lock"], files["backend-lock.txt"] = _backend_lock(v, sources)
-    wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI", off_pypi_wanted(v))
-    ctx["off_pypi"] = [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in wheels.values()]
-    record_downloads(stage, ctx, [*wheels.values(), *([ctx["lock"]["archive"]] if ctx["lock"]["archive"] else [])])
-    if ctx["lock"]["overrides"] or ctx["lock"]["no_deps"]:
-        files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
-    ctx["allocator"] = allocator(v, v.default_allocator)
-
-
-def _sglang_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                    files: dict[str, bytes]) -> None:
-    _backend_context(stage, sources, captured, ctx, files)
-    v = stage.variant
-    resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
-    ctx["artifacts"] = {key: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": key}
-                        for key, a in resolved.items()}
-    record_downloads(stage, ctx, resolved.values())
-
-
-def _backend_lock(v: Variant, sources: Sources) -> tuple[dict[str, Any], bytes]:
-    """The stage's lock (checked against the matrix) and the sdist its source package builds from:
-    from --artifacts-dir when it holds the file (it must have the lock's sha256), else the index's URL.
-    A preview render (not strict) of a missing or stale lock renders with a placeholder and says why."""
-    try:
-        lock = load_lock(v)
-    except LockError as exc:
-        if sources.artifacts.strict:
-            raise
-        sdist = {"file": "lock-missing.tar.gz", "url": "lock-missing", "sha256": MISSING_SHA256}
-        return ({"sdist": sdist, "archive": None, "build_requirements": ["setuptools"], "from_source": [],
-                 "from_source_pins": [],
-                 "overrides": [], "no_deps": [], "subdir": "", "missing": str(exc)},
-                f"# LOCK MISSING OR STALE: {exc}\n".encode())
-    wanted = source_wanted(lock)
-    archive = None
-    if wanted.on_pypi:  # pinned by the lock with PyPI's sha256; from --artifacts-dir when it holds a copy
-        file, url, sha256 = wanted.file, wanted.url, wanted.sha256
-        directory = sources.artifacts.directory
-        if directory is not None and (directory / file).is_file():
-            local = sha256_file(directory / file)
-            if local != sha256:
-                raise LockError(f"{directory / file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
-            url = f"{SERVER_VAR}/artifacts/{file}"
-        sdist = Artifact(file, url, sha256 or MISSING_SHA256)
-    else:  # a tag archive: a download PyPI does not carry, pinned in pins.yaml like the others
-        (sdist,) = sources.artifacts.resolve(f"{v.backend} {v.release_name}: source tree", [wanted]).values()
-        archive = sdist
-    return ({"sdist": {"file": sdist.file, "url": sdist.url, "sha256": sdist.sha256}, "archive": archive,
-             "build_requirements": list(lock.build_requirements), "from_source": list(lock.from_source),
-             "from_source_pins": [f"{name}=={lock.pins[name]}" for name in lock.from_source],
-             "subdir": lock.source_subdir, "overrides": list(lock.overrides),
-             "no_deps": [f"{f.name}=={f.version}" for f in lock.off_pypi], "missing": ""}, lock.text.encode())
-
-
-def record_downloads(stage: Stage, ctx: dict[str, Any], artifacts: Iterable[Any]) -> None:
-    """The downloads PyPI does not carry that this stage installs, as a label (file -> sha256): `invoke publish`
-    checks each against pins.yaml. One label per kind, so a child's never hides its parent's."""
-    key = f"{DOWNLOADS_LABEL}.{stage.kind}"
-    files = {**json.loads(ctx["labels"].get(key, "{}")), **{a.file: a.sha256 for a in artifacts}}
-    if files:
-        ctx["labels"][key] = json.dumps(files, sort_keys=True, separators=(",", ":"))
-
-
-def allocator(v: Variant, name: str) -> dict[str, Any]:
-    return {"name": name, "packages": v.allocator_packages(name), "library": v.allocator_library(name),
-            "source": v.matrix.spec.allocators[name].source}
-
-
 # --- framework -------------------------------------------------------------------------------------------------------
 def _framework_labels(stage: Stage) -> dict[str, str]:
     v, pins = stage.variant, stage.variant.framework_pins
@@ -314,35 +189,6 @@ def _framework_labels(stage: Stage) -> dict[str, str]:
 def _framework_version(v: Variant) -> str:
     assert v.framework_pins is not None
     return f"{v.framework_pins.version}-{v.backend}{stage_version(v.backend, v)}"
-
-
-def _framework_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                       files: dict[str, bytes]) -> None:
-    v, pins = stage.variant, stage.variant.framework_pins
-    assert pins is not None
-    baked = baked_env(v, backend=True, framework=True)
-    below = baked_env(v, backend=True)
-    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
-    ctx["framework"] = {"name": v.framework, "version": pins.version,
-                        "description": v.matrix.spec.frameworks[v.framework].description}
-    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
-    try:
-        backend_lock, lock = load_lock(v), load_framework_lock(v)
-        files["framework-lock.txt"] = lock.text.encode()
-        ctx["lock"] = {"missing": "", "overrides": [*backend_lock.overrides, *lock.overrides],
-                       "no_deps": [f"{f.name}=={f.version}" for f in backend_lock.off_pypi] + list(pins.no_deps)}
-    except LockError as exc:
-        if sources.artifacts.strict:
-            raise
-        files["framework-lock.txt"] = f"# LOCK MISSING OR STALE: {exc}\n".encode()
-        ctx["lock"] = {"missing": str(exc), "overrides": [], "no_deps": list(pins.no_deps)}
-    resolved = sources.artifacts.resolve(f"{v.framework} {v.release_name}: tag archives", framework_wanted(v))
-    ctx["archives"] = [{"file": a.file, "url": a.url, "sha256": a.sha256, "name": spec.name, "version": spec.version}
-                       for spec, a in zip(pins.archives, resolved.values(), strict=True)]
-    # the archives go in --no-deps as upstream installs them: their own requirements are the framework's listed ones
-    ctx["lock"]["no_deps"] += [f"{a.name}=={a.version}" for a in pins.archives]
-    record_downloads(stage, ctx, resolved.values())
-    files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
 
 
 # --- overlay ---------------------------------------------------------------------------------------------------------
@@ -357,17 +203,6 @@ def _overlay_labels(stage: Stage) -> dict[str, str]:
     return labels
 
 
-def _overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                     files: dict[str, bytes]) -> None:
-    v = stage.variant
-    full = effective_env(v)
-    own = ("profile:", "user", *(("allocator:",) if v.allocator is not None else ()))
-    ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
-    if v.allocator is not None:
-        ctx["allocator"] = allocator(v, v.allocator)
-    files["etc/env.json"] = as_json(env_document(v, v.profile, full, captured))
-
-
 # --- the table -------------------------------------------------------------------------------------------------------
 def _os_image_hint(v: Variant) -> str:
     return (f"With no registry, make the OS image locally: invoke os-image --os {v.os} --arch {v.arch} "
@@ -379,41 +214,47 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               lambda s: _image_labels(s.variant),
               lambda s: f"{s.variant.os} with Python {s.variant.python_version} ({s.variant.python}), tini and "
                         "the ascend-images entrypoint",
-              _base_context, repo="base", tag_scope="os",
+              ctxs.base_context, repo="base", tag_scope="os",
               version=lambda v: f"{v.os}-py{v.python_version}",
-              on_official_image=False, missing_parent_hint=_os_image_hint),
+              on_official_image=False, missing_parent_hint=_os_image_hint, lock_layer="base"),
     StageKind("cann-install", lambda v: True, _cann_install_labels,
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} installed, environment not yet baked",
-              _cann_install_context, repo="cann-install", tag_scope="device",
+              ctxs.cann_install_context, repo="cann-install", tag_scope="device",
               version=lambda v: v.cann_version.tag, label_version=lambda v: v.release.cann,
               doubles=(("cann", "cann"),)),
     StageKind("cann", lambda v: True, lambda s: {},
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} with its environment baked into ENV",
-              _cann_context, repo="cann", tag_scope="device", version=lambda v: v.cann_version.tag,
+              ctxs.cann_context, repo="cann", tag_scope="device", version=lambda v: v.cann_version.tag,
               label_version=lambda v: v.release.cann, doubles=(("cann", "cann"),), captures_env=True),
     StageKind("torch", lambda v: True, _torch_labels,
               lambda s: f"torch {s.variant.torch} + torch_npu {s.variant.torch_npu} on CANN {s.variant.release.cann} "
                         f"for {s.variant.device}",
-              _torch_context, repo="torch-npu", tag_scope="release", version=lambda v: v.torch_npu,
-              doubles=(("cann", "cann"),)),
+              ctxs.torch_context, repo="torch-npu", tag_scope="release", version=lambda v: v.torch_npu,
+              doubles=(("cann", "cann"),), lock_layer="torch"),
     StageKind("vllm", lambda v: v.backend == "vllm", _vllm_labels,
               lambda s: f"vLLM-Ascend on CANN {s.variant.release.cann} for {s.variant.device}",
-              _backend_context, repo="vllm-ascend", tag_scope="release", version=_vllm_version,
-              doubles=(("cann", "cann"), ("off-pypi", "off-pypi-wheels"))),
+              ctxs.backend_context, repo="vllm-ascend", tag_scope="release", version=_vllm_version,
+              doubles=(("cann", "cann"), ("off-pypi", "off-pypi-wheels")), lock_layer="backend"),
     StageKind("sglang", lambda v: v.backend == "sglang", _sglang_labels,
               lambda s: f"SGLang on CANN {s.variant.release.cann} for {s.variant.device}",
-              _sglang_context, repo="sglang", tag_scope="release", version=_sglang_version,
-              doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"), ("off-pypi", "off-pypi-wheels"))),
+              ctxs.backend_context, repo="sglang", tag_scope="release", version=_sglang_version,
+              doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"), ("off-pypi", "off-pypi-wheels")),
+              lock_layer="backend"),
     StageKind("framework", lambda v: v.framework != "none", _framework_labels,
               lambda s: f"{s.variant.framework} over {s.variant.backend} on CANN {s.variant.release.cann} for "
                         f"{s.variant.device}",
-              _framework_context, repo="framework", tag_scope="release", version=_framework_version,
+              ctxs.framework_context, repo="framework", tag_scope="release", version=_framework_version,
               doubles=(("artifacts", "framework-archives"),),
-              repo_of=lambda v: v.framework, doubles_below=lambda v: v.backend),
+              repo_of=lambda v: v.framework, doubles_below=lambda v: v.backend, lock_layer="framework"),
     StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
               lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),
-              _overlay_context, repo="", tag_scope="over"),
+              ctxs.overlay_context, repo="", tag_scope="over"),
+    StageKind("installer", lambda v: False, lambda s: {},
+              lambda s: f"uv {s.variant.matrix.spec.tools['uv'].version} and the OS's Python {s.variant.python_version}"
+                        f" on {s.variant.os} ({s.variant.arch}): installs locked stages' packages for their target",
+              ctxs.installer_context, repo="installer", tag_scope="os",
+              version=lambda v: f"{v.os}-py{v.python_version}", tool=True, missing_parent_hint=_os_image_hint),
 )}
 
 
@@ -435,27 +276,3 @@ def unregister_kind(name: str) -> None:
 def stage_labels(stage: Stage) -> dict[str, str]:
     """The io.ascend-images.* labels a stage adds (its parents' labels are inherited)."""
     return _label(stage=stage.kind) | KINDS[stage.kind].labels(stage)
-
-
-# --- the environment documents kinds write ---------------------------------------------------------------------------
-def env_items(values: Mapping[str, EnvValue]) -> list[dict[str, str]]:
-    return [{"name": e.name, "value": e.value, "comment": f"{e.layer}; source: {e.source}"} for e in values.values()]
-
-
-def env_document(v: Variant, profile: str, values: Mapping[str, EnvValue], captured: Captured) -> dict[str, Any]:
-    """/etc/ascend-images/env.json: every variable the image sets, with where it comes from. `profile` is the
-    one baked into this image: the default below an overlay, so that choosing another profile changes no
-    stage but the overlay."""
-    doc: dict[str, Any] = {"profile": profile, "env_scripts": v.env_scripts, "variables": {}}
-    for name, value in (captured or {}).items():
-        doc["variables"][name] = {"value": value, "layer": "cann:set_env", "source": "captured from env_scripts"}
-    for name, value in v.layout_env.items():
-        doc["variables"][name] = {"value": value, "layer": LAYOUT_LAYER, "source": v.layout.source}
-    for name, item in values.items():
-        doc["variables"][name] = item.as_dict()
-    doc["variables"] = dict(sorted(doc["variables"].items()))
-    return doc
-
-
-def as_json(doc: Any) -> bytes:
-    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()

@@ -6,22 +6,34 @@ Which stages a variant has, and in what order, is the stage-kind table (stages/k
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass, field
 
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.sources import CannSource
-from ascend_images.matrix.model import Variant
+from ascend_images.matrix.model import Variant, select
 from ascend_images.stages.kinds import KINDS, overlay_suffix, top_kind
 from ascend_images.stages.names import check_namespace, stage_tag
 from ascend_images.stages.stage import Stage
+
+
+def host_arch() -> str:
+    """The build host's arch, as the matrix names arches."""
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+INSTALLER_OS = "debian12"  # the installer's OS: its python3 is the images' 3.11, whatever OS the images are
 
 
 @dataclass(frozen=True)
 class PlanOptions:
     cann_source: CannSource
     namespace: str = DEFAULT_NAMESPACE
-    # (os, arch) -> the image the base stage starts FROM; default: the matrix's image for the OS
+    # (os, arch) -> the image the base stage starts FROM; default: the matrix's image for the OS. The installer
+    # starts FROM (INSTALLER_OS, host arch)'s
     base_images: dict[tuple[str, str], str] = field(default_factory=dict)
+    host_arch: str = field(default_factory=host_arch)
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
@@ -44,10 +56,23 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
     def add(kind: str, tag: str, v: Variant, parent: Stage | None, external: str | None = None) -> Stage:
         stage = stages.get(tag)
         if stage is None:
-            stage = Stage(kind, tag, v, parent, external)
+            row = KINDS[kind]
+            needs = (installer(v),) if row.lock_layer else ()
+            stage = Stage(kind, tag, v, parent, external, lock_layer=row.lock_layer, needs=needs)
             stages[tag] = stage
         stage.users.append(v)
         return stage
+
+    def installer(v: Variant) -> Stage:
+        """The build host's installer for the variant's Python: a tool stage, first in the plan."""
+        (tool,) = select(v.matrix, device=v.device, backend="none", release=v.release_name, os=INSTALLER_OS,
+                         arch=options.host_arch, python="system")
+        tag = stage_tag("installer", tool, ns)
+        if tag not in stages:
+            parent = options.base_images.get((INSTALLER_OS, options.host_arch), tool.os_spec.image)
+            stages[tag] = Stage("installer", tag, tool, None, parent, users=[tool],
+                                platform=tool.arch_spec.docker_platform)
+        return stages[tag]
 
     ns = options.namespace
     from_image = options.cann_source.kind == "image"
@@ -63,7 +88,7 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
             parent = add(kind, stage_tag(kind, v, ns), v, parent, external)
         assert parent is not None
         tops[v] = parent
-    # dict order is insertion order, and a parent is always added before its children
+    # dict order is insertion order: a parent, and the installer, are always added before the stages that need them
     return BuildPlan(list(stages.values()), tops, options)
 
 

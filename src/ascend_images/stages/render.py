@@ -16,9 +16,10 @@ from typing import Any
 
 import jinja2
 
+from ascend_images.checkout import IMAGES_DIR
 from ascend_images.inputs.artifacts import off_pypi_wanted
 from ascend_images.inputs.sources import Sources
-from ascend_images.stages.kinds import IMAGES_DIR, KINDS, stage_doubles, stage_label_version, stage_labels
+from ascend_images.stages.kinds import KINDS, stage_doubles, stage_label_version, stage_labels
 from ascend_images.stages.names import TEST_DOUBLE_LABEL
 from ascend_images.stages.stage import Stage
 
@@ -89,6 +90,7 @@ class Renderer:
                 **stage_labels(stage),
             },
             "os": {"family": os_spec.family, "python_bin": os_spec.python_bin,
+                   "python_packages": list(os_spec.python_packages),
                    "python_dev_packages": list(os_spec.python_dev_packages),
                    "packages": list(os_spec.base_packages)
                    + (list(os_spec.python_packages) if v.python == "system" else [])},
@@ -146,8 +148,8 @@ class Renderer:
                 path = tmp / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
-                if rel.startswith("rootfs/"):
-                    source = self.images_dir / "common" / rel
+                source = self.images_dir / "common" / rel  # a file of images/ keeps its mode (scripts run)
+                if source.is_file():
                     path.chmod(source.stat().st_mode & 0o777)
             for path in [tmp, *tmp.rglob("*")]:
                 os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)

@@ -1,0 +1,309 @@
+"""What each stage kind adds to its build context beyond the common template variables (render.py): the template
+variables and the files a kind's Dockerfile copies. The stage-kind table (kinds.py) names one builder per row.
+
+Every kind that installs Python packages does it the one way (DESIGN 19): what its locks add (stages/packages.py)
+is installed by uv, natively, for the target platform, with bytecode compiled natively, in a stage FROM the
+installer image; only sdists build on the target, in a throwaway stage; the stage itself copies the result in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ascend_images.checkout import IMAGES_DIR
+from ascend_images.inputs.artifacts import (
+    bisheng_wanted,
+    framework_wanted,
+    off_pypi_wanted,
+    sglang_wanted,
+    source_wanted,
+)
+from ascend_images.inputs.lockfile import GLIBC_FLOOR, LockError
+from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Artifact, Sources, sha256_file
+from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
+from ascend_images.matrix.model import Variant
+from ascend_images.stages.packages import StagePackages, stage_packages
+from ascend_images.stages.stage import Stage
+
+Captured = Mapping[str, str] | None
+LABEL_PREFIX = "io.ascend-images"
+DOWNLOADS_LABEL = f"{LABEL_PREFIX}.downloads"  # .<stage kind>: what it installed from downloads PyPI lacks
+LAYOUT_LAYER = "cann:image"  # what the official CANN image sets itself, beside its env scripts
+PYTHON_PREFIX = "/usr/local/python"  # the image's Python (a venv of the OS's, or BiSheng's tree): what it installs into
+
+
+def store_url(sha256: str) -> str:
+    """A file of the wheel store as the builds fetch it (the build server finds it by its sha256)."""
+    return f"{SERVER_VAR}/wheels/{sha256}"
+
+
+# --- the packages of a stage -----------------------------------------------------------------------------------------
+def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                     builds: list[dict[str, Any]] | None = None, fetched_wheels: Iterable[Artifact] = (),
+                     zips: Iterable[Artifact] = (), target_build: str = "") -> None:
+    """The variables the partials packages-*.j2 read, and the files they copy: install.txt (the lock's pins the
+    image below lacks, hashed), build-requirements.txt, the stage's locks (kept in the image), plus the source builds
+    the kind adds (`builds`: each one wheel built on the target) and wheels fetched as files (`fetched_wheels`)."""
+    v = stage.variant
+    try:
+        pk = stage_packages(stage)
+    except LockError as exc:
+        if sources.artifacts.strict:
+            raise
+        pk = StagePackages((), {}, (), ())
+        ctx["lock"] = {**ctx.get("lock", {}), "missing": str(exc)}
+    files["install.txt"] = ("".join(f"{line}\n" for line in pk.install)).encode()
+    for lock in pk.locks.values():
+        files[f"locks/{lock.path.name}"] = lock.text.encode()
+    if not pk.locks:  # a preview of a stage whose lock is missing: the build stops before this is ever used
+        files["locks/LOCK-MISSING"] = f"{ctx['lock']['missing']}\n".encode()
+    if pk.build_requirements:
+        files["build-requirements.txt"] = ("".join(f"{line}\n" for line in pk.build_requirements)).encode()
+    key = f"{v.os}-py{v.python_version}-{v.arch}-torch{v.torch}"
+    locked_builds = [{"key": f"{key}-{b.sha256[:16]}", "spec": f"{store_url(b.sha256)}#{b.sha256}", "subdir": ".",
+                      "project_file": "", "version": "", "env": [], "what": f"{b.name} {b.version} (no "
+                      f"{v.arch} wheel)"} for b in pk.builds]
+    uv = v.matrix.spec.tools["uv"].files[v.arch]
+    ctx["platform"] = v.arch_spec.docker_platform
+    ctx["packages"] = {
+        "layers": list(pk.layers), "locks": [lock.path.name for lock in pk.locks.values()],
+        "install": len(pk.install), "replaces": list(pk.replaces), "below_unknown": pk.below_unknown,
+        "builds": [*locked_builds, *(builds or [])], "build_requirements": bool(pk.build_requirements),
+        "headers": bool(locked_builds),  # a locked sdist may compile C: the Python headers
+        "target_build": target_build,  # a build of the kind's own in the same stage (sgl-kernel-npu's build.sh)
+        "fetched": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in fetched_wheels],
+        "zips": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in zips],
+        "names": sorted({line.split("==", 1)[0] for line in pk.install}),
+        "python_platform": f"{v.arch}-{GLIBC_FLOOR}", "prefix": PYTHON_PREFIX,
+        "uv_target": {"url": store_url(uv.sha256), "sha256": uv.sha256},
+        "waived": list(pk.waived),
+    }
+    # read by the builder, not by the template: what the wheel store must hold, and where beside the pip indexes it
+    # finds it (x86_64's torch: PyTorch's CPU index)
+    ctx["packages"]["wanted"] = list(pk.wanted)
+    torch_index = v.arch_spec.torch_index_url if sources.torch_index_url is None else sources.torch_index_url
+    ctx["packages"]["indexes"] = [torch_index] if torch_index else []
+
+
+def source_build(key: str, artifact: Artifact, what: str, *, subdir: str = ".", project_file: str = "",
+                 version: str = "", env: Iterable[str] = ()) -> dict[str, Any]:
+    return {"key": f"{key}-{artifact.sha256[:16]}", "spec": f"{artifact.url}#{artifact.sha256}", "subdir": subdir,
+            "project_file": project_file, "version": version, "env": list(env), "what": what}
+
+
+def build_key(v: Variant) -> str:
+    """What a wheel built on the target depends on beyond its inputs' sha256: the target and the torch it builds
+    against (no build isolation)."""
+    return f"{v.os}-py{v.python_version}-{v.arch}-torch{v.torch}"
+
+
+# --- installer -------------------------------------------------------------------------------------------------------
+def installer_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                      files: dict[str, bytes]) -> None:
+    """The installer image (native to the build host): the OS's Python of the images' version, uv, and the script
+    that installs a stage's packages for the target."""
+    v = stage.variant
+    uv = v.matrix.spec.tools["uv"]
+    native = uv.files[v.arch]
+    ctx["uv"] = {"version": uv.version, "file": native.file, "url": store_url(native.sha256), "sha256": native.sha256}
+    ctx["packages"] = {"wanted": [f"uv=={uv.version} --hash=sha256:{native.sha256}",
+                                  *(f"uv=={uv.version} --hash=sha256:{f.sha256}" for f in uv.files.values())]}
+    files["installer/install-packages"] = (IMAGES_DIR / "common" / "installer" / "install-packages").read_bytes()
+
+
+# --- base ------------------------------------------------------------------------------------------------------------
+def base_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                 files: dict[str, bytes]) -> None:
+    v = stage.variant
+    if v.python != "system":
+        resolved = sources.artifacts.resolve(f"python {v.python}", bisheng_wanted(v))
+        ctx["python"]["artifacts"] = [{"url": a.url, "sha256": a.sha256} for a in resolved.values()]
+        record_downloads(stage, ctx, resolved.values())
+    packages_context(stage, sources, ctx, files)
+
+
+# --- cann-install, cann ----------------------------------------------------------------------------------------------
+def cann_install_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                         files: dict[str, bytes]) -> None:
+    packages = sources.cann.packages(stage.variant)
+    ctx["cann"]["packages"] = [{"kind": p.kind, "url": p.url, "sha256": p.sha256} for p in packages]
+    record_downloads(stage, ctx, packages)
+
+
+def cann_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                 files: dict[str, bytes]) -> None:
+    v = stage.variant
+    baked = baked_env(v, backend=False)
+    if captured is not None:
+        ctx["captured"] = ctx["env"] = [{"name": k, "value": val, "comment": ""} for k, val in captured.items()]
+    # beside its scripts, the official image sets these itself (the layout says which, with its source)
+    ctx["layout_env"] = [{"name": k, "value": val, "comment": f"{LAYOUT_LAYER}; source: {v.layout.source}"}
+                         for k, val in v.layout_env.items()]
+    ctx["defaults"] = env_items(baked)
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
+    files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
+
+
+# --- torch -----------------------------------------------------------------------------------------------------------
+def torch_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                  files: dict[str, bytes]) -> None:
+    v = stage.variant
+    local = v.arch_spec.torch_local_version
+    files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
+    packages_context(stage, sources, ctx, files)
+
+
+# --- the backends: vllm and sglang -----------------------------------------------------------------------------------
+def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                    files: dict[str, bytes]) -> None:
+    v = stage.variant
+    baked = baked_env(v, backend=True)
+    below = baked_env(v, backend=False)
+    # only what the backend layer changes after profile precedence is applied
+    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
+    ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
+    ctx["lock"], source = _backend_source(v, sources)
+    wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI", off_pypi_wanted(v))
+    ctx["off_pypi"] = [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in wheels.values()]
+    record_downloads(stage, ctx, [*wheels.values(), *([ctx["lock"]["archive"]] if ctx["lock"]["archive"] else [])])
+    files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
+    ctx["allocator"] = allocator(v, v.default_allocator)
+    pins = ctx["pins"]
+    builds = []
+    if source is not None and v.backend == "vllm":
+        # vLLM with VLLM_TARGET_DEVICE=empty (no CUDA): PyPI's vllm wheel is the CUDA build (compat.md, VA)
+        builds.append(source_build(build_key(v), source, f"vLLM {pins['vllm']} from its sdist",
+                                   env=["VLLM_TARGET_DEVICE=empty"]))
+    elif source is not None:
+        # SGLang from its source tree with its NPU project file (SG), not PyPI's CUDA wheel; a tag archive has no
+        # .git for setuptools-scm, so the version is given
+        builds.append(source_build(build_key(v), source, f"SGLang {pins['sglang']} from its source tree",
+                                   subdir=ctx["lock"]["subdir"] or ".", project_file=pins.get("project_file") or "",
+                                   version=pins["sglang"]))
+    zips = []
+    if v.backend == "sglang":
+        resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
+        ctx["artifacts"] = {k: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": k}
+                            for k, a in resolved.items()}
+        record_downloads(stage, ctx, resolved.values())
+        zips = [a for k, a in resolved.items() if k == "kernel_release"]  # a release zip of wheels
+    kernel = "sgl-kernel-npu from source (build.sh)" if "kernel_source" in ctx.get("artifacts", {}) else ""
+    packages_context(stage, sources, ctx, files, builds, wheels.values(), zips, kernel)
+
+
+def _backend_source(v: Variant, sources: Sources) -> tuple[dict[str, Any], Artifact | None]:
+    """The stage's lock facts the template reads, and the source package's sdist or tag archive: from
+    --artifacts-dir when it holds the file (it must have the lock's sha256), else the wheel store (an index sdist) or
+    its download (a tag archive). A preview render (not strict) of a missing or stale lock renders with a placeholder
+    and says why."""
+    from ascend_images.inputs.lockspec import load_lock
+
+    try:
+        lock = load_lock(v)
+    except LockError as exc:
+        if sources.artifacts.strict:
+            raise
+        return ({"archive": None, "subdir": "", "overrides": [], "no_deps": [], "missing": str(exc)}, None)
+    wanted = source_wanted(lock)
+    archive = None
+    if wanted.on_pypi:  # pinned by the lock with PyPI's sha256; from --artifacts-dir when it holds a copy
+        sha256 = wanted.sha256 or MISSING_SHA256
+        url = store_url(sha256)
+        directory = sources.artifacts.directory
+        if directory is not None and (directory / wanted.file).is_file():
+            local = sha256_file(directory / wanted.file)
+            if local != sha256:
+                raise LockError(f"{directory / wanted.file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
+            url = f"{SERVER_VAR}/artifacts/{wanted.file}"
+        sdist = Artifact(wanted.file, url, sha256)
+    else:  # a tag archive: a download PyPI does not carry, pinned in pins.yaml like the others
+        (sdist,) = sources.artifacts.resolve(f"{v.backend} {v.release_name}: source tree", [wanted]).values()
+        archive = sdist
+    return ({"archive": archive, "subdir": lock.source_subdir, "overrides": list(lock.overrides),
+             "no_deps": [f"{f.name}=={f.version}" for f in lock.off_pypi], "missing": "",
+             "source_sha256": sdist.sha256 if wanted.on_pypi else ""}, sdist)
+
+
+# --- framework -------------------------------------------------------------------------------------------------------
+def framework_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                      files: dict[str, bytes]) -> None:
+    v, pins = stage.variant, stage.variant.framework_pins
+    assert pins is not None
+    baked = baked_env(v, backend=True, framework=True)
+    below = baked_env(v, backend=True)
+    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
+    ctx["framework"] = {"name": v.framework, "version": pins.version,
+                        "description": v.matrix.spec.frameworks[v.framework].description}
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
+    resolved = sources.artifacts.resolve(f"{v.framework} {v.release_name}: tag archives", framework_wanted(v))
+    # the archives go in --no-deps as upstream installs them: their own requirements are the framework's listed ones
+    builds = [source_build(build_key(v), a, f"{spec.name} {spec.version} from its tag archive", version=spec.version)
+              for spec, a in zip(pins.archives, resolved.values(), strict=True)]
+    record_downloads(stage, ctx, resolved.values())
+    files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
+    ctx["lock"] = {"missing": ""}
+    packages_context(stage, sources, ctx, files, builds)
+    try:
+        from ascend_images.inputs.lockspec import load_lock
+
+        backend_lock, lock = load_lock(v, "backend"), load_lock(v, "framework")
+        ctx["lock"] |= {"overrides": [*backend_lock.overrides, *lock.overrides],
+                        "no_deps": [f"{f.name}=={f.version}" for f in backend_lock.off_pypi]
+                        + [f"{n}=={ver}" for n, ver in lock.no_deps.items()]}
+    except LockError:
+        if sources.artifacts.strict:
+            raise
+        ctx["lock"] |= {"overrides": [], "no_deps": list(pins.no_deps)}
+
+
+# --- overlay ---------------------------------------------------------------------------------------------------------
+def overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+                    files: dict[str, bytes]) -> None:
+    v = stage.variant
+    full = effective_env(v)
+    own = ("profile:", "user", *(("allocator:",) if v.allocator is not None else ()))
+    ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
+    if v.allocator is not None:
+        ctx["allocator"] = allocator(v, v.allocator)
+    files["etc/env.json"] = as_json(env_document(v, v.profile, full, captured))
+
+
+# --- shared ----------------------------------------------------------------------------------------------------------
+def record_downloads(stage: Stage, ctx: dict[str, Any], artifacts: Iterable[Any]) -> None:
+    """The downloads PyPI does not carry that this stage installs, as a label (file -> sha256): `invoke publish`
+    checks each against pins.yaml. One label per kind, so a child's never hides its parent's."""
+    key = f"{DOWNLOADS_LABEL}.{stage.kind}"
+    files = {**json.loads(ctx["labels"].get(key, "{}")), **{a.file: a.sha256 for a in artifacts}}
+    if files:
+        ctx["labels"][key] = json.dumps(files, sort_keys=True, separators=(",", ":"))
+
+
+def allocator(v: Variant, name: str) -> dict[str, Any]:
+    return {"name": name, "packages": v.allocator_packages(name), "library": v.allocator_library(name),
+            "source": v.matrix.spec.allocators[name].source}
+
+
+def env_items(values: Mapping[str, EnvValue]) -> list[dict[str, str]]:
+    return [{"name": e.name, "value": e.value, "comment": f"{e.layer}; source: {e.source}"} for e in values.values()]
+
+
+def env_document(v: Variant, profile: str, values: Mapping[str, EnvValue], captured: Captured) -> dict[str, Any]:
+    """/etc/ascend-images/env.json: every variable the image sets, with where it comes from. `profile` is the
+    one baked into this image: the default below an overlay, so that choosing another profile changes no
+    stage but the overlay."""
+    doc: dict[str, Any] = {"profile": profile, "env_scripts": v.env_scripts, "variables": {}}
+    for name, value in (captured or {}).items():
+        doc["variables"][name] = {"value": value, "layer": "cann:set_env", "source": "captured from env_scripts"}
+    for name, value in v.layout_env.items():
+        doc["variables"][name] = {"value": value, "layer": LAYOUT_LAYER, "source": v.layout.source}
+    for name, item in values.items():
+        doc["variables"][name] = item.as_dict()
+    doc["variables"] = dict(sorted(doc["variables"].items()))
+    return doc
+
+
+def as_json(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
