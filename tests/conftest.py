@@ -74,31 +74,32 @@ def docker_client():
 
 
 # --- images built once per session, shared by tests/integration and tests/image -------------------
-# The CI selection: A2 and A3 on CANN 8.5.0 (cann-<ver> layout, torch 2.8.0) share one base;
-# A2 on CANN 8.3.RC1 (ascend-toolkit/latest layout, torch 2.7.1) covers the older layout, A3 on CANN 9.1.0 the newest.
-# aarch64, what most Ascend hosts run, under emulation on x86_64 runners.
+# The CI selection (issue 44): every stage kind and every default once, on chains CI builds anyway; an image that only
+# adds another combination (verl over SGLang 0.5.10 on CANN 8.5.0, the other releases) is rendered, locked and
+# checked here (`lock --check`, `render --check`) and built by the publishing workflow. aarch64, what most Ascend
+# hosts run, under emulation on x86_64 runners. Ordered so the quick images come first: each image's checks start as
+# soon as it is built (tests/image/conftest.py), while the longer chains still build.
 TEST_ARCH = os.environ.get("ASCEND_IMAGES_TEST_ARCH", "aarch64")
 TEST_NAMESPACE = "ascend-images-test"
 CI_SELECTIONS = [
-    {"device": "a2,a3", "backend": "none", "release": "cann8.5.0-pt2.8.0"},
-    {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
-    # the CANN 9.1.0 line, the default of both devices' none and vllm: the 9.x env (ATB_CXX_ABI, toolkit home first)
-    # and torch 2.10.0; A3 also builds vLLM-Ascend 0.23.0 on it (vLLM's sdist with VLLM_TARGET_DEVICE=empty, and
-    # triton-ascend 3.2.2 --no-deps from the fake vendor wheel)
+    # the CANN 9.1.0 line, the default of both devices' none and vllm: the 9.x env (ATB_CXX_ABI, toolkit home
+    # first), the cann-versioned-atb-abi layout, torch 2.10.0
     {"device": "a2,a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"},
-    {"device": "a3", "backend": "vllm", "release": "cann9.1.0-pt2.10.0"},
-    # SGLang's current NPU line from its tag archive (the double: PyPI's wheel's code) and the committed dependency
-    # list's lock, with the fake sgl-kernel-npu 2026.7.27 zip and triton-ascend 3.2.1.dev20260530
-    {"device": "a3", "backend": "sglang", "release": "cann9.0.0-sglang0.5.17"},
-    # verl over both backends its Ascend guide installs it on (the framework's defaults: SGLang 0.5.10 on CANN 8.5.0,
-    # vLLM-Ascend 0.23.0 on CANN 9.1.0): verl, megatron-core and the rest from their lock, MindSpeed's archive double
-    {"device": "a3", "backend": "sglang", "framework": "verl"},
-    {"device": "a3", "backend": "vllm", "framework": "verl"},
-    # thin overlays on the A3 torch image: a profile; an --env value given at build time with an allocator
-    # the backend does not preload by default (one image for both, to keep CI's image count down)
-    {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "profile": "debug"},
-    {"device": "a3", "backend": "none", "release": "cann8.5.0-pt2.8.0", "env": ["OMP_NUM_THREADS=8"],
+    # thin overlays on the A3 torch image: a profile; an --env value given at build time with an allocator the
+    # backend does not preload by default (one image for both, to keep CI's image count down)
+    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0", "profile": "debug"},
+    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0", "env": ["OMP_NUM_THREADS=8"],
      "allocator": "tcmalloc"},
+    # the older layout: ascend-toolkit/latest (CANN 8.3.RC1, torch 2.7.1), A2
+    {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
+    # SGLang's current NPU line (the default of both devices' sglang; the cann-versioned layout) from its tag archive
+    # (the double: PyPI's wheel's code) and the committed dependency list's lock, with the fake sgl-kernel-npu
+    # 2026.7.27 zip and triton-ascend 3.2.1.dev20260530
+    {"device": "a3", "backend": "sglang", "release": "cann9.0.0-sglang0.5.17"},
+    # vLLM-Ascend 0.23.0 (vLLM's sdist with VLLM_TARGET_DEVICE=empty, arctic-inference built from its sdist,
+    # triton-ascend 3.2.2 --no-deps from the fake vendor wheel), and the framework kind over it: verl
+    {"device": "a3", "backend": "vllm", "release": "cann9.1.0-pt2.10.0"},
+    {"device": "a3", "backend": "vllm", "framework": "verl"},
 ]
 SGLANG_TAG = "0.5.17"  # the tag archive CI's SGLang image is built from (fake_sglang_tag)
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
@@ -133,12 +134,14 @@ def _group(item) -> str:
 
 
 def _rank(group: str, fixturenames: set[str]) -> int:
+    """The build first; then what needs no CI image; then each CI image's checks, in CI_SELECTIONS' order (each
+    starts once its own image is built); the modules needing every CI image last."""
     if group == BUILDS_FIRST:
         return 0
     if group.startswith("image:"):
-        return 4
-    if group.endswith(":ci"):
         return 3
+    if group.endswith(":ci"):
+        return 4
     return 2 if "os_image" in fixturenames else 1
 
 
@@ -152,8 +155,16 @@ def pytest_collection_modifyitems(config, items):
     for item, group in groups.items():
         item.add_marker(pytest.mark.xdist_group(group))
         rank[group] = max(rank.get(group, 0), _rank(group, set(item.fixturenames)))
-    items.sort(key=lambda item: rank[groups[item]])  # stable: pytest's own order is kept within a group
+    # stable: pytest's own order is kept within a group; the image groups in CI_SELECTIONS' order
+    order = {f"image:{tag}": i for i, tag in enumerate(_ci_image_order())}
+    items.sort(key=lambda item: (rank[groups[item]], order.get(groups[item], 0)))
     return (yield)
+
+
+def _ci_image_order() -> list[str]:
+    from tests.image.conftest import ci_image_tags
+
+    return ci_image_tags()
 
 
 @pytest.fixture(scope="session")
@@ -253,22 +264,29 @@ def live_output(config):
 
 @pytest.fixture(scope="session")
 def ci_builds(docker_client, os_image, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir, pytestconfig):
-    """[(plan, results)] for each CI selection, built (or reused) once per session."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """[(plan, results)] for each CI selection, built (or reused) once per session, in CI_SELECTIONS' order. One
+    selection at a time, its stages one by one: an emulated stage keeps a core busy, and the other core runs the
+    checks of the images built so far (a worker's image group builds just its own image, which this worker has built
+    or is building: it waits on that stage's claim, then reuses it)."""
     out = live_output(pytestconfig)
+    return [build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=out,
+                               artifacts_dir=fake_artifacts_dir, jobs=1) for selection in CI_SELECTIONS]
 
-    def build(selection: dict):
-        return build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=out,
-                                  artifacts_dir=fake_artifacts_dir, jobs=1)
 
-    # Two selections at once, one stage each (an emulated build keeps one core busy; this machine has two): the
-    # longest chain, A3 vLLM on its own CANN and torch, beside all the others in turn. A stage two selections
-    # share is built once: the other waits on its claim (claims.py; flock is per open file, so threads too).
-    order = sorted(range(len(CI_SELECTIONS)), key=lambda i: "vllm" not in CI_SELECTIONS[i]["backend"])
-    with ThreadPoolExecutor(2) as pool:
-        futures = {i: pool.submit(build, CI_SELECTIONS[i]) for i in order}
-        return [futures[i].result() for i in range(len(CI_SELECTIONS))]
+@pytest.fixture(scope="session")
+def ci_image_builder(docker_client, os_image, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir,
+                     pytestconfig):
+    """build(selection) -> (plan, results): one CI selection, built or reused (per worker, once)."""
+    out = live_output(pytestconfig)
+    done: dict[int, tuple] = {}
+
+    def build(index: int):
+        if index not in done:
+            done[index] = build_ci_selection(CI_SELECTIONS[index], fake_cann_dir, build_secrets, work_dir, out=out,
+                                             artifacts_dir=fake_artifacts_dir, jobs=1)
+        return done[index]
+
+    return build
 
 
 @pytest.fixture(scope="session")
@@ -325,8 +343,12 @@ X86_RELEASE = "test-wheelhouse"
 
 
 @pytest.fixture(scope="session")
-def x86_matrix(tmp_path_factory) -> Path:
-    """matrix.yaml plus a test release whose torch pair (2.13.0) has an x86_64 CPU wheel on this machine."""
+def x86_matrix(tmp_path_factory, wheelhouse) -> Path:
+    """matrix.yaml plus a test release whose torch pair (2.13.0) has an x86_64 CPU wheel on this machine, with its
+    locks: the committed base locks, and the torch layer's made here (`invoke lock`'s own code) from the wheelhouse."""
+    from ascend_images.inputs.lockgen import LockMaker
+    from ascend_images.inputs.lockspec import lock_spec, locks_dir
+    from ascend_images.matrix.model import load_matrix, select
     from tests.fixtures.matrices import matrix_copy
 
     def with_wheelhouse_release(data: dict) -> None:
@@ -336,14 +358,21 @@ def x86_matrix(tmp_path_factory) -> Path:
                                                "torch_npu": "2.13.0", "python": ["system"],
                                                "backends": {"none": {}}, "source": "tests"}
         data["arches"]["x86_64"]["torch_index_url"] = ""  # PyTorch's CPU index is unreachable: the wheelhouse has it
+        data["arches"]["x86_64"].pop("unlocked", None)  # its locks are made below
 
-    return matrix_copy(tmp_path_factory.mktemp("matrix"), with_wheelhouse_release)
+    path = matrix_copy(tmp_path_factory.mktemp("matrix"), with_wheelhouse_release, locks=True)
+    matrix = load_matrix(path)
+    maker = LockMaker(lambda line: None, tmp_path_factory.mktemp("lock-cache"), find_links=(wheelhouse,))
+    for v in select(matrix, device="a2", backend="none", release=X86_RELEASE, arch="x86_64,aarch64"):
+        maker.make(lock_spec(v, "torch", locks_dir(matrix)), locks_dir(matrix))
+    return path
 
 
 def with_own_cann_stages(matrix: Path, directory: Path) -> Path:
     """`directory`/matrix.yaml: `matrix` with a CANN download referer of its own, which is rendered into the
     cann-install stage's RUN line: the caller's cann-install, cann and torch stages are its own, really built,
     since a content key sees no namespace. The base stays shared."""
+    import shutil
     import uuid
 
     import yaml
@@ -353,6 +382,12 @@ def with_own_cann_stages(matrix: Path, directory: Path) -> Path:
     directory.mkdir(parents=True)
     own = directory / "matrix.yaml"
     own.write_text(yaml.safe_dump(data, sort_keys=False))
+    for beside in ("locks", "upstream", "pins.yaml"):  # what the matrix finds beside itself
+        source = matrix.parent / beside
+        if source.is_dir():
+            shutil.copytree(source, directory / beside)
+        elif source.is_file():
+            shutil.copyfile(source, directory / beside)
     return own
 
 

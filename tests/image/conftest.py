@@ -12,18 +12,23 @@ from ascend_images.stages.names import image_tag
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE
 
 
-def ci_image_variants() -> dict:
-    """The tags the CI selection produces, with each one's variant, known without an engine (plans are
-    deterministic)."""
+def ci_image_selections() -> dict:
+    """The tags the CI selection produces, in CI_SELECTIONS' order, with each one's variant and the index of the
+    selection that makes it, known without an engine (plans are deterministic)."""
     from ascend_images.matrix.model import load_matrix
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     out = {}
-    for selection in CI_SELECTIONS:
+    for index, selection in enumerate(CI_SELECTIONS):
         chosen = {**selection, "env": parse_env_overrides(selection.get("env", []))}
         for v in select(matrix, arch=TEST_ARCH, **chosen):
-            out[image_tag(v, TEST_NAMESPACE)] = v
-    return dict(sorted(out.items()))
+            out.setdefault(image_tag(v, TEST_NAMESPACE), (v, index))
+    return out
+
+
+def ci_image_variants() -> dict:
+    """The tags the CI selection produces, in CI_SELECTIONS' order, with each one's variant."""
+    return {tag: v for tag, (v, _) in ci_image_selections().items()}
 
 
 def ci_image_backends() -> dict[str, str]:
@@ -51,8 +56,11 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="module")
 def image(request, docker_client):
+    """The image under test: one of CI's is built (or reused) alone, its selection only, so its checks start as soon
+    as it exists, not after every CI image."""
     if not request.config.getoption("--image"):
-        request.getfixturevalue("ci_builds")
+        _, index = ci_image_selections()[request.param]
+        request.getfixturevalue("ci_image_builder")(index)
     return request.param
 
 

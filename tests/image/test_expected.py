@@ -48,7 +48,7 @@ CANN_900_A3 = {**CANN_850_A3, "io.ascend-images.cann": "9.0.0", "io.ascend-image
 CANN_910_A3 = {**CANN_850_A3, "io.ascend-images.cann": "9.1.0", "io.ascend-images.hdk-floor": "25.2.0",
                "io.ascend-images.cann-layout": "cann-versioned-atb-abi", "io.ascend-images.torch": "2.10.0",
                "io.ascend-images.torch-npu": "2.10.0.post4", "io.ascend-images.release": "cann9.1.0-pt2.10.0"}
-TAIL = f"cann8.5.0-a3-debian12-py3.11-{ARCH}"
+TAIL = f"cann9.1.0-a3-debian12-py3.11-{ARCH}"
 # A2 (Atlas 800T A2, 910B): SOC_VERSION ascend910b1 (compat.md Devices; vllm-ascend's Dockerfile)
 A2 = {"SOC_VERSION": "ascend910b1"}
 A2_LABELS = {"io.ascend-images.device": "a2", "io.ascend-images.soc-version": "ascend910b1"}
@@ -65,12 +65,6 @@ VERL = {  # ref002 (3.环境变量与参数); verl multi-machine_task_startup_pr
     "HYDRA_FULL_ERROR": "1", "TRANSFORMERS_VERBOSITY": "error", "VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE": "1",
 }
 EXPECTED = {
-    f"torch-npu:2.8.0.post2-{TAIL}": {
-        "env": {**COMMON, **PRODUCTION},
-        "absent": ["LD_PRELOAD", "VLLM_USE_V1", "HCCL_HOST_SOCKET_PORT_RANGE"],
-        "labels": {**CANN_850_A3, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
-                   "io.ascend-images.profile": "production"},
-    },
     f"torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
         "env": {**COMMON, **PRODUCTION, "ATB_CXX_ABI": "1", "ASCEND_IMAGES_HDK_FLOOR": "25.2.0",
                 "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
@@ -85,12 +79,6 @@ EXPECTED = {
         "labels": {**CANN_910_A3, **A2_LABELS, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "production"},
     },
-    f"torch-npu:2.8.0.post2-cann8.5.0-a2-debian12-py3.11-{ARCH}": {
-        "env": {**COMMON, **PRODUCTION, **A2, "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-8.5.0"},
-        "absent": ["LD_PRELOAD", "VLLM_USE_V1", "ATB_CXX_ABI"],
-        "labels": {**CANN_850_A3, **A2_LABELS, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
-                   "io.ascend-images.profile": "production"},
-    },
     f"torch-npu:2.7.1.post2-cann8.3.rc1-a2-debian12-py3.11-{ARCH}": {
         "env": {**COMMON, **PRODUCTION, **A2, "ASCEND_HOME_PATH": "/usr/local/Ascend/ascend-toolkit/latest",
                 "ASCEND_IMAGES_HDK_FLOOR": "25.3.RC1"},
@@ -99,17 +87,18 @@ EXPECTED = {
                    "io.ascend-images.profile": "production"},
     },
     # an --env value at build time and an allocator the backend does not preload: one thin overlay
-    f"torch-npu:2.8.0.post2-{TAIL}-tcmalloc-env455b65e5": {
-        "env": {**COMMON, **PRODUCTION, "OMP_NUM_THREADS": "8", "LD_PRELOAD": TCMALLOC},
+    f"torch-npu:2.10.0.post4-{TAIL}-tcmalloc-env455b65e5": {
+        "env": {**COMMON, **PRODUCTION, "OMP_NUM_THREADS": "8", "LD_PRELOAD": TCMALLOC, "ATB_CXX_ABI": "1",
+                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
         "absent": ["VLLM_USE_V1"],
-        "labels": {**CANN_850_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
+        "labels": {**CANN_910_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
                    "io.ascend-images.allocator": "tcmalloc", "io.ascend-images.profile": "production",
                    "io.ascend-images.user-env": '{"OMP_NUM_THREADS": "8"}'},
     },
-    f"torch-npu:2.8.0.post2-{TAIL}-debug": {
-        "env": {**COMMON, **DEBUG},
+    f"torch-npu:2.10.0.post4-{TAIL}-debug": {
+        "env": {**COMMON, **DEBUG, "ATB_CXX_ABI": "1", "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
         "absent": ["LD_PRELOAD"],
-        "labels": {**CANN_850_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
+        "labels": {**CANN_910_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "debug"},
     },
     f"vllm-ascend:0.23.0-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
@@ -137,20 +126,6 @@ EXPECTED = {
                    "io.ascend-images.sglang": "0.5.17", "io.ascend-images.sgl-kernel-npu": "2026.7.27",
                    "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production",
                    "io.ascend-images.test-double": "cann,sgl-kernel-npu,off-pypi-wheels"},
-    },
-    # verl over SGLang 0.5.10 on CANN 8.5.0 (verl's install guide, section 3): SGLang's layer (ref002) and verl's
-    # training settings: ref002 section 3 (the HCCL port ranges, Ray's device variable), verl's multi-machine practice
-    # (HCCL async error handling off, Ray's log dedup off, Hydra's full errors), its install guide (transformers'
-    # log filter) and ref001's MC2 fused-operator switch
-    f"verl:0.9.1-sglang0.5.10-{TAIL}": {
-        "env": {**COMMON, **PRODUCTION, **VERL, "SGLANG_DEEPEP_BF16_DISPATCH": "1", "LD_PRELOAD": JEMALLOC,
-                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-8.5.0"},
-        "absent": ["VLLM_USE_V1", "ATB_CXX_ABI", "VLLM_ALLOW_INSECURE_SERIALIZATION"],
-        "labels": {**CANN_850_A3, "io.ascend-images.stage": "framework", "io.ascend-images.backend": "sglang",
-                   "io.ascend-images.sglang": "0.5.10", "io.ascend-images.sgl-kernel-npu": "2026.02.01",
-                   "io.ascend-images.framework": "verl", "io.ascend-images.framework-version": "0.9.1",
-                   "io.ascend-images.allocator": "jemalloc", "io.ascend-images.profile": "production",
-                   "io.ascend-images.test-double": "cann,sgl-kernel-npu,framework-archives"},
     },
     # verl over vLLM-Ascend 0.23.0 on CANN 9.1.0 (verl's install guide, section 2): vLLM's layer (ref000), then verl's
     f"verl:0.9.1-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-{ARCH}": {

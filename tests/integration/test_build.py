@@ -34,10 +34,11 @@ def test_shared_base_built_once(ci_builds):
     assert kinds.count("cann") == 2 and kinds.count("torch") == 2
     base = next(s for s in plan.stages if s.kind == "base")
     assert {v.device for v in base.users} == {"a2", "a3"}
-    # another release on the same OS, Python and arch starts from the very same base image
-    _, other = ci_builds[1]
-    assert other[0].kind == "base" and other[0].status == "reused"
-    assert other[0].image_id == results[0].image_id
+    # another selection on the same OS, Python and arch starts from the very same base image
+    _, other = ci_builds[CI_SELECTIONS.index(next(s for s in CI_SELECTIONS if s["release"].startswith("cann8.3")))]
+    (base_result,) = [r for r in results if r.kind == "base"]
+    (other_base,) = [r for r in other if r.kind == "base"]
+    assert other_base.status == "reused" and other_base.image_id == base_result.image_id
 
 
 def test_labels(docker_client, ci_builds):
@@ -170,28 +171,32 @@ def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets)
 
 def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_cann_dir, build_secrets,
                                                   work_dir, ci_builds):
-    def unreleased_torch_npu(data: dict) -> None:
-        data["torch"]["pairs"]["2.8.0.post99"] = dict(data["torch"]["pairs"]["2.8.0.post2"])
-        data["releases"]["cann8.5.0-pt2.8.0"]["torch_npu"] = "2.8.0.post99"
+    """A CANN installer that fails: the stage says where, shows the log's tail and its path, and gets no tag; the
+    stages below it are kept (reused)."""
+    import shutil
 
-    broken = matrix_copy(tmp_path, unreleased_torch_npu)
-    sel = Selection(matrix=str(broken), device="a3", backend="none", release="cann8.5.0-pt2.8.0",
-                        arch=TEST_ARCH)
+    from tests.conftest import with_own_cann_stages
+
+    matrix = with_own_cann_stages(matrix_copy(tmp_path / "m", locks=True), tmp_path / "own")
+    cann = tmp_path / "cann"
+    shutil.copytree(fake_cann_dir, cann)
+    (toolkit,) = cann.glob("Ascend-cann-toolkit_9.1.0_*.run")
+    toolkit.write_text("#!/bin/sh\necho 'this installer is broken on purpose (marker-4711)' >&2\nexit 3\n")
+    sel = Selection(matrix=str(matrix), device="a3", backend="none", release="cann9.1.0-pt2.10.0", arch=TEST_ARCH)
     lines: list[str] = []
     with pytest.raises(BuildError) as err:
-        build_selection(sel, SourceFlags(cann_dir=str(fake_cann_dir)),
-                            InputFlags(ca_bundle=str(build_secrets["ca"])), lines.append,
-                            work_dir=work_dir, namespace=TEST_NAMESPACE)
+        build_selection(sel, SourceFlags(cann_dir=str(cann)), InputFlags(ca_bundle=str(build_secrets["ca"])),
+                        lines.append, work_dir=work_dir, namespace=TEST_NAMESPACE)
     text = str(err.value)
-    assert "[4/4 torch]" in text and "failed at step" in text
-    assert "2.8.0.post99" in text
+    assert "[3/5 cann-install]" in text and "failed at step" in text
+    assert "marker-4711" in text  # the log's tail
     log = re.search(r"full log: (\S+)", text).group(1)
     with open(log) as handle:
-        assert "2.8.0.post99" in handle.read()
-    tag = f"{TEST_NAMESPACE}/torch-npu:2.8.0.post99-cann8.5.0-a3-debian12-py3.11-{DOCKER_ARCH}"
-    assert not docker_client.images.list(name=tag)
-    # the parents were reused, not rebuilt
-    assert sum("reused" in line for line in lines) == 3, lines
+        assert "marker-4711" in handle.read()
+    tag = f"{TEST_NAMESPACE}/cann-install:9.1.0-a3-debian12-py3.11-{DOCKER_ARCH}"
+    assert f"(no tag was set for {tag})" in text
+    # the stages below it were reused, not rebuilt: the installer and the base
+    assert sum("reused" in line for line in lines) == 2, lines
 
 
 def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fake_cann_dir, build_secrets):
@@ -207,7 +212,8 @@ def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fa
     flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir))
     inputs = InputFlags(ca_bundle=str(build_secrets["ca"]))
     namespace = "ascend-images-stale-lock-test"
-    with pytest.raises(LockError, match=r"vllm-aarch64.txt is stale.*invoke lock --release cann8.5.0-pt2.8.0"):
+    with pytest.raises(LockError, match=r"vllm-aarch64.txt is stale.*invoke lock --layer backend --release "
+                                        r"cann8.5.0-pt2.8.0"):
         build_selection(sel, flags, inputs, lines.append, work_dir=tmp_path, namespace=namespace)
     assert not [line for line in lines if "building" in line or "reused" in line], lines
     assert docker_client.images.list(name=f"{namespace}/*") == []

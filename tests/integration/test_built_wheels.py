@@ -1,10 +1,10 @@
-"""A package a backend lock builds from its sdist is compiled once per (name, version, arch, Python, OS): the vLLM
-stage's own RUN lines (rendered from images/, only the pin swapped for a probe package) run twice in two fresh
-containers of CI's base image, against the build server's built-wheels cache on the host. The first compiles and
-keeps the wheel; the second takes it and compiles nothing.
+"""A package a lock builds from its sdist is compiled once per host, for its inputs (the sdist's sha256) and its target
+(arch, Python, OS, torch): the vLLM stage's own built-wheel line (rendered from images/, only arctic-inference's sdist
+swapped for a probe's) runs twice in two fresh containers of CI's base image, against the build server's wheel store
+and built-wheels cache on the host. The first compiles and keeps the wheel; the second takes it and compiles nothing.
 
 The probe is an sdist made here with an in-tree PEP 517 backend (no build requirement, as the stage builds without
-isolation), served from a PEP 503 index on 127.0.0.1 like PyPI serves arctic-inference's."""
+isolation), in a wheel store under its sha256 like arctic-inference's."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from ascend_images.matrix.model import load_matrix, select
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
 from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
-from tests.fixtures.httpserver import Server
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -60,43 +59,47 @@ def probe_sdist() -> bytes:
     return buffer.getvalue()
 
 
-def compile_once_lines() -> str:
-    """The vLLM stage's lines that compile its from-source packages and keep the wheels, as images/ renders them."""
+def compile_once_line(sha256: str) -> tuple[str, str]:
+    """The vLLM stage's line that builds arctic-inference's sdist once per host, as images/ renders it, for the
+    probe's sdist instead; and its built-wheels key."""
     matrix = load_matrix(ROOT / "matrix.yaml")
     (variant,) = select(matrix, device="a3", backend="vllm", arch="aarch64")
     sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
     stage = make_plan([variant], PlanOptions(sources.cann)).top(variant)
     ctx, _ = Renderer().context(stage, sources)
     text = Renderer().render_text(stage, ctx)
-    match = re.search(r"(work=\$\(mktemp -d /tmp/\.built-wheels\.XXXXXX\).*?\n *done)", text, re.DOTALL)
-    assert match, "the vLLM stage has no compile-once lines"
-    assert "arctic-inference==0.1.1" in match.group(1)
-    return match.group(1).replace("arctic-inference==0.1.1", "probe-pkg==1.0")
+    (arctic,) = [b for b in ctx["packages"]["builds"] if b["what"].startswith("arctic-inference")]
+    sdist = arctic["spec"].rsplit("#", 1)[1]
+    match = re.search(rf"(/usr/local/libexec/ascend-images/built-wheel \S+ /wheels \\\n\s+\S+{sdist} \. - -)",
+                      text)
+    assert match, "the vLLM stage builds arctic-inference's sdist no more"
+    key = arctic["key"].replace(sdist[:16], sha256[:16])
+    return match.group(1).replace(sdist, sha256).replace(arctic["key"], key).replace("\\\n", " "), key
 
 
 def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_builds, tmp_path):
     base = f"{TEST_NAMESPACE}/base:debian12-py3.11-{'arm64' if TEST_ARCH == 'aarch64' else 'amd64'}"
     sdist = probe_sdist()
-    index = Server()
-    index.files["/simple/probe-pkg/"] = (f'<a href="/files/probe-pkg-1.0.tar.gz#sha256='
-                                         f'{hashlib.sha256(sdist).hexdigest()}">probe-pkg-1.0.tar.gz</a>').encode()
-    index.files["/files/probe-pkg-1.0.tar.gz"] = sdist
+    sha256 = hashlib.sha256(sdist).hexdigest()
+    store = tmp_path / "wheels"
+    (store / sha256).mkdir(parents=True)
+    (store / sha256 / "probe-pkg-1.0.tar.gz").write_bytes(sdist)
     cache = tmp_path / "built-wheels"
-    script = "set -e\n" + compile_once_lines() + '\nls "$work"\n'
+    line, key = compile_once_line(sha256)
+    script = f"set -e\n{line}\nls /wheels\n"
     outputs = []
-    try:
-        inputs = BuildInputs(pip_index_url=index.url("/simple"))
-        with BuildServer(inputs, port=0, built_wheels=cache) as server:
-            for _ in range(2):  # two builds: fresh containers, the host's cache between them
-                out = docker_client.containers.run(base, ["bash", "-c", script], entrypoint=[], remove=True,
-                                                   network_mode="host", stderr=True,
-                                                   environment={"ASCEND_BUILD_SERVER": server.url})
-                outputs.append(out.decode(errors="replace"))
-    finally:
-        index.stop()
+    with BuildServer(BuildInputs(), port=0, built_wheels=cache, wheel_store=store) as server:
+        for _ in range(2):  # two builds: fresh containers, the host's cache between them
+            out = docker_client.containers.run(base, ["bash", "-c", script], entrypoint=[], remove=True,
+                                               network_mode="host", stderr=True,
+                                               environment={"ASCEND_BUILD_SERVER": server.url})
+            outputs.append(out.decode(errors="replace"))
+        fetched = [p for p in server.requests if sha256 in p]
     first, second = outputs
-    assert "Building wheel for probe-pkg" in first and "probe_pkg-1.0-py3-none-any.whl" in first, first[-2000:]
-    assert (cache / "debian12" / "probe_pkg-1.0-py3-none-any.whl").is_file()  # kept on the host, under its OS
-    assert "Building wheel for probe-pkg" not in second, second[-2000:]  # taken, not compiled again
+    assert "PROBE BACKEND COMPILED A WHEEL" in first and "probe_pkg-1.0-py3-none-any.whl, compiled here" in first, \
+        first[-2000:]
+    assert (cache / key / "probe_pkg-1.0-py3-none-any.whl").is_file()  # kept on the host, under its inputs' key
+    assert "PROBE BACKEND COMPILED A WHEEL" not in second, second[-2000:]  # taken, not compiled again
+    assert "compiled by an earlier build on this host" in second
     assert second.rstrip().endswith("probe_pkg-1.0-py3-none-any.whl"), second[-2000:]
-    assert [p for p, _ in index.requests if p.endswith(".tar.gz")] == ["/files/probe-pkg-1.0.tar.gz"]  # sdist once
+    assert len(fetched) == 1  # the sdist from the wheel store once: the second build needed none

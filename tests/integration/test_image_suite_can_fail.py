@@ -145,7 +145,7 @@ def test_a_gap_no_lock_header_explains_is_caught(docker_client, ci_images, work_
     that package itself requires is not installed, and test_pip_check accepts exactly that. Given a requirement it
     does not meet, the image still passes; with the header line gone, the very same installed packages fail."""
     serving = next(tag for tag in ci_images if "/vllm-ascend:" in tag)
-    lock = docker_client.containers.run(serving, "cat /etc/ascend-images/backend-lock.txt", remove=True,
+    lock = docker_client.containers.run(serving, "cat /etc/ascend-images/locks/vllm-aarch64.txt", remove=True,
                                         entrypoint="").decode()
     assert "\n# off-pypi: triton-ascend==3.2.2 " in lock, "CI's vLLM image installs nothing --no-deps any more"
     where = "python -c \"import importlib.metadata as m; print(m.distribution('triton-ascend')._path)\""
@@ -154,7 +154,7 @@ def test_a_gap_no_lock_header_explains_is_caught(docker_client, ci_images, work_
     (tmp_path / "2").mkdir()
     explained = derived(docker_client, serving, "ascend-images-test/no-deps-gap:latest", gap, tmp_path)
     unexplained = derived(docker_client, explained, "ascend-images-test/no-deps-gap-unexplained:latest",
-                          "RUN sed -i '/^# off-pypi: /d' /etc/ascend-images/backend-lock.txt\n", tmp_path / "2")
+                          "RUN sed -i '/^# off-pypi: /d' /etc/ascend-images/locks/vllm-aarch64.txt\n", tmp_path / "2")
     try:
         ok = run_image_suite(explained, work_dir, ["-k", "test_pip_check or test_labels"])
         bad = run_image_suite(unexplained, work_dir, ["-k", "test_pip_check or test_labels"])

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from ascend_images.inputs.lockfile import check_lock, lock_spec, parse_lock
+from ascend_images.inputs.lockfile import parse_lock
 from ascend_images.inputs.lockgen import LockMaker
+from ascend_images.inputs.lockspec import check_lock, lock_path, lock_spec
 from ascend_images.matrix.model import load_matrix, select
 from tests.conftest import ROOT
 from tests.fixtures.matrices import matrix_copy
@@ -19,12 +20,12 @@ pytestmark = pytest.mark.network
 def test_lock_resolves_for_the_target_platform(tmp_path, work_dir):
     matrix = load_matrix(ROOT / "matrix.yaml")
     (v,) = select(matrix, device="a3", backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
-    spec = lock_spec(v)
+    spec = lock_spec(v, "backend")
     lines: list[str] = []
     path = LockMaker(lines.append, work_dir / "cache" / "sdists").make(spec, tmp_path / "locks")
     lock = parse_lock(path)
     check_lock(spec, lock)
-    committed = parse_lock(spec.path(ROOT / "locks"))
+    committed = parse_lock(lock_path(ROOT / "locks", spec))
     # transitive versions may move as PyPI publishes; what the release pins may not
     for name in ("torch", "torch-npu", "vllm-ascend", "triton-ascend", "numpy"):
         assert lock.pins[name] == committed.pins[name], name
@@ -33,6 +34,10 @@ def test_lock_resolves_for_the_target_platform(tmp_path, work_dir):
     # resolved for aarch64: aarch64-only wheels' packages are present, x86-only ones are not
     assert not [n for n in lock.pins if n.startswith("nvidia-")]
     assert any("has no aarch64-manylinux_2_35 wheel" in line for line in lines)
+    # each pin names the file the target installs, by the sha256 PyPI publishes: the committed lock's, where the
+    # version is the committed one (the file of a version never changes)
+    assert {n: h for n, h in lock.hashes.items() if committed.pins.get(n) == lock.pins[n]} == {
+        n: committed.hashes[n] for n in lock.hashes if committed.pins.get(n) == lock.pins[n]}
 
 
 def _invoke(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
@@ -42,7 +47,7 @@ def _invoke(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
 def test_lock_check_passes_here_and_fails_on_a_changed_pin(tmp_path):
     ok = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0")
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "3 of 3 locks fresh" in ok.stdout  # vllm, sglang, and verl's over sglang
+    assert "5 of 5 locks fresh" in ok.stdout  # base, torch, vllm, sglang, and verl's over sglang
     def other_vllm_ascend(data: dict) -> None:
         data["releases"]["cann8.5.0-pt2.8.0"]["backends"]["vllm"]["vllm_ascend"] = "0.13.0rc3"
 
@@ -50,7 +55,7 @@ def test_lock_check_passes_here_and_fails_on_a_changed_pin(tmp_path):
     stale = _invoke("lock", "--check", "--arch", "aarch64", "--release", "cann8.5.0-pt2.8.0",
                     "--matrix", str(tmp_path / "matrix.yaml"))
     assert stale.returncode == 1
-    assert "vllm-aarch64.txt is stale" in stale.stdout and "2 of 3 locks fresh" in stale.stdout
+    assert "vllm-aarch64.txt is stale" in stale.stdout and "4 of 5 locks fresh" in stale.stdout
 
 
 def test_an_override_settles_upstreams_contradiction_and_nothing_else(tmp_path, work_dir):
@@ -64,7 +69,7 @@ def test_an_override_settles_upstreams_contradiction_and_nothing_else(tmp_path, 
 
     matrix = load_matrix(ROOT / "matrix.yaml")
     (v,) = select(matrix, device="a3", backend="vllm", release="cann8.5.1-vllm0.18.0", arch="aarch64")
-    spec = lock_spec(v)
+    spec = lock_spec(v, "backend")
     assert spec.overrides == ("opencv-python-headless==4.11.0.86",)
     cache = work_dir / "cache" / "sdists"
     with pytest.raises(LockError, match=r"(?s)uv could not resolve.*opencv-python-headless>=4.13.0"):
@@ -83,18 +88,17 @@ def test_a_framework_lock_resolves_over_its_backends_and_needs_its_overrides(tmp
     """verl over vLLM-Ascend 0.23.0, resolved again against PyPI: what the release pins and what the overrides settle
     are the committed lock's, every backend pin is held but the overridden ones; without the TransferQueue override
     (requirements-npu.txt's git branch) uv cannot resolve, and the error says what it resolved over."""
-    from ascend_images.inputs.frameworklock import check_framework_lock, framework_lock_spec, make_framework_lock
-
     matrix = load_matrix(ROOT / "matrix.yaml")
     (v,) = select(matrix, device="a3", backend="vllm", framework="verl", arch="aarch64")
-    spec = framework_lock_spec(v)
+    spec = lock_spec(v, "framework")
     lines: list[str] = []
-    lock = parse_lock(make_framework_lock(spec, tmp_path / "locks", lines.append, work_dir / "cache" / "sdists"))
-    check_framework_lock(spec, lock)
-    committed = parse_lock(spec.path(ROOT / "locks"))
+    maker = LockMaker(lines.append, work_dir / "cache" / "sdists")
+    lock = parse_lock(maker.make(spec, tmp_path / "locks"))
+    check_lock(spec, lock)
+    committed = parse_lock(lock_path(ROOT / "locks", spec))
     for name in ("verl", "megatron-core", "mbridge", "transferqueue", "tensordict"):
         assert lock.pins[name] == committed.pins[name], name
-    assert not [n for n in lock.pins if n in spec.backend_lock.pins and n not in ("numpy", "packaging")]
+    assert not [n for n in lock.pins if n in spec.over.pins and n not in ("numpy", "packaging")]
     assert "antlr4-python3-runtime" in lock.header["from-source"]
 
     def without_transferqueue(data: dict) -> None:
@@ -104,6 +108,6 @@ def test_a_framework_lock_resolves_over_its_backends_and_needs_its_overrides(tmp
 
     broken = load_matrix(matrix_copy(tmp_path / "broken", without_transferqueue, locks=True))
     (v,) = select(broken, device="a3", backend="vllm", framework="verl", arch="aarch64")
-    with pytest.raises(Exception, match=r"uv could not resolve verl 0\.9\.1 over .*vllm-aarch64\.txt"):
-        make_framework_lock(framework_lock_spec(v), tmp_path / "broken-locks", lines.append,
-                            work_dir / "cache" / "sdists")
+    with pytest.raises(Exception, match=r"uv could not resolve cann9\.1\.0-pt2\.10\.0/vllm\+verl/aarch64 over "
+                                        r"vllm-aarch64\.txt"):
+        maker.make(lock_spec(v, "framework"), tmp_path / "broken-locks")

@@ -17,8 +17,9 @@ import yaml
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import off_pypi_wanted
 from ascend_images.inputs.cache import fetch_all, wanted_for
-from ascend_images.inputs.lockfile import LockError, load_lock, lock_spec
+from ascend_images.inputs.lockfile import LockError
 from ascend_images.inputs.lockgen import LockMaker
+from ascend_images.inputs.lockspec import load_lock, lock_spec
 from ascend_images.inputs.pins import TRUST_RECORD, read_pins
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import load_matrix, select
@@ -60,7 +61,7 @@ def vllm_lock(tmp_path, work_dir, vendor_urls: list[str], mutate=None, pins: dic
     (variant,) = select(matrix, device="a3", backend="vllm", release=RELEASE, arch="aarch64")
     lines: list[str] = []
     LockMaker(lines.append, work_dir / "cache" / "sdists", pins=read_pins(tmp_path / "pins.yaml")).make(
-        lock_spec(variant), tmp_path / "locks")
+        lock_spec(variant, "backend"), tmp_path / "locks")
     return matrix, variant, lines
 
 
@@ -99,7 +100,8 @@ def test_a_pinned_vendor_file_is_named_in_the_lock(tmp_path, work_dir):
     assert (entry.file, entry.url, entry.sha256) == (WHEEL, f"https://vendor.example/{WHEEL}", sha)
 
 
-def test_fetch_finds_it_on_the_vendor_index_trusts_it_once_and_records_it(vendor, tmp_path, work_dir):
+def test_fetch_finds_it_on_the_vendor_index_trusts_it_once_and_records_it(vendor, tmp_path, work_dir,
+                                                                           own_state_dir):
     server, wheels = vendor
     matrix, variant, _ = vllm_lock(tmp_path, work_dir, [NOTHING_LISTENS, server.url("/simple")])
     (wanted,) = [w for w in wanted_for([variant], cann=False) if w.key == "wheel:triton-ascend"]
@@ -108,7 +110,7 @@ def test_fetch_finds_it_on_the_vendor_index_trusts_it_once_and_records_it(vendor
     (result,) = fetch_all(matrix, [wanted], tmp_path / "cache", lines.append, stream=io.StringIO())
     assert (result.file, result.status) == (WHEEL, "trusted-on-first-use")
     assert (tmp_path / "cache" / WHEEL).read_bytes() == wheels[WHEEL]
-    trusted = read_pins(tmp_path / "cache" / TRUST_RECORD)[WHEEL]
+    trusted = read_pins(own_state_dir / TRUST_RECORD)[WHEEL]
     assert trusted.sha256 == hashlib.sha256(wheels[WHEEL]).hexdigest()  # the bytes served, hashed here
     # a build on this host now names the file, from the cache, with its sha256
     cached = ArtifactSource(None, {WHEEL: trusted.sha256}, True, tmp_path / "cache", {WHEEL: trusted})
@@ -119,7 +121,7 @@ def test_fetch_finds_it_on_the_vendor_index_trusts_it_once_and_records_it(vendor
     pinned = read_pins(tmp_path / "pins.yaml")[WHEEL]
     assert (pinned.url, pinned.size, pinned.sha256) == (server.url(f"/files/{WHEEL}"), len(wheels[WHEEL]),
                                                         trusted.sha256)
-    # the vendor's file changes under the same name: refused on a fresh host, nothing cached
+    # the vendor's file changes under the same name: refused (this host trusted the first), nothing cached
     path = f"/files/{WHEEL}"
     original = server.files[path]
     server.files[path] = original[:-1] + bytes([original[-1] ^ 1])
@@ -145,9 +147,10 @@ def test_the_stage_installs_it_no_deps_before_the_lock_and_waives_only_it(tmp_pa
     ctx, files = renderer.context(stage, Sources(CannSource("url", strict=False), ArtifactSource(artifacts)))
     text = renderer.render_text(stage, ctx)
     sha = hashlib.sha256((artifacts / WHEEL).read_bytes()).hexdigest()
-    install = text.index(f"${{ASCEND_BUILD_SERVER}}/artifacts/{WHEEL}#{sha}")
-    assert install < text.index("-r /etc/ascend-images/backend-lock.txt")
-    assert 'pip install --no-cache-dir --no-deps "$work"/*.whl' in text[install:]
+    # fetched as a file, checked, and installed with the stage's other wheels, natively (--no-deps, as every one)
+    fetch = text.index(f"${{ASCEND_BUILD_SERVER}}/artifacts/{WHEEL}#{sha} /tmp/ascend-install/wheels/{WHEEL}")
+    assert fetch < text.index("install-packages /usr/local/python aarch64-manylinux_2_35 /tmp/ascend-install")
+    assert "triton-ascend" not in files["install.txt"].decode()  # not a file of the wheel store: PyPI lacks it
     assert "pip-check --no-deps triton-ascend==3.2.2" in text and "pip-check" in files
     assert 'io.ascend-images.test-double="off-pypi-wheels"' in text  # a double served it: never published
     assert f'\\"{WHEEL}\\":\\"{sha}\\"' in text  # the downloads label: what publish checks against pins.yaml
@@ -166,7 +169,7 @@ def sglang_lock(tmp_path, work_dir, archive_url: str):
     matrix = load_matrix(matrix_copy(tmp_path, local_github, locks=True))
     (variant,) = select(matrix, device="a3", backend="sglang", release=SGLANG, arch="aarch64")
     lines: list[str] = []
-    LockMaker(lines.append, tmp_path / "sdists").make(lock_spec(variant), tmp_path / "locks")
+    LockMaker(lines.append, tmp_path / "sdists").make(lock_spec(variant, "backend"), tmp_path / "locks")
     return variant, lines
 
 

@@ -34,8 +34,8 @@ def two_arch_build(docker_client, x86_matrix, wheelhouse, build_secrets, work_di
     return sel, plan, results
 
 
-def test_each_arch_has_its_torch_and_x86_64_took_it_from_the_wheelhouse(docker_client, two_arch_build):
-    _, plan, results = two_arch_build
+def test_each_arch_has_its_torch_and_x86_64_took_it_from_the_wheelhouse(docker_client, two_arch_build, wheelhouse):
+    _, plan, _ = two_arch_build
     code = ("import importlib.metadata as m, json; "
             "print(json.dumps({p: m.version(p) for p in ('torch', 'torch-npu')}))")
     seen = {}
@@ -45,10 +45,17 @@ def test_each_arch_has_its_torch_and_x86_64_took_it_from_the_wheelhouse(docker_c
         assert docker_client.images.get(top.tag).attrs["Architecture"] == variant.arch_spec.debian_arch
     assert seen == {"x86_64": {"torch": "2.13.0+cpu", "torch-npu": "2.13.0"},
                     "aarch64": {"torch": "2.13.0+testdouble", "torch-npu": "2.13.0"}}
-    x86_torch = next(r for r in results if r.kind == "torch" and r.tag.endswith("-amd64"))
-    if x86_torch.log:  # built now (not reused): the log shows where pip took torch from
-        log = Path(x86_torch.log).read_text()
-        assert f"/wheelhouse/{TORCH_WHEEL.replace('+', '%2B')}" in log or f"/wheelhouse/{TORCH_WHEEL}" in log
+    # x86_64's torch is the wheelhouse's file: its lock pins that file's sha256, and uv installs only a file that
+    # hashes to it (--require-hashes, from the wheel store the wheelhouse filled)
+    from ascend_images.inputs.download import sha256_file
+    from ascend_images.inputs.lockfile import parse_lock_text
+
+    x86 = next(top.tag for v, top in plan.tops.items() if v.arch == "x86_64")
+    text = docker_client.containers.run(x86, ["cat", "/etc/ascend-images/locks/torch-x86_64.txt"], entrypoint=[],
+                                        remove=True).decode()
+    lock = parse_lock_text(text, Path("torch-x86_64.txt"))
+    assert lock.pins["torch"] == "2.13.0+cpu"
+    assert lock.hashes["torch"] == sha256_file(wheelhouse / TORCH_WHEEL)
 
 
 def test_two_arch_variant_publishes_one_list_with_both_platforms(docker_client, two_arch_build, registry):

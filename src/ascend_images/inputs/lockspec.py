@@ -215,6 +215,19 @@ def not_locked(v: Variant, layer: str) -> str:
     return ""
 
 
+def satisfies(pinned: str | None, wanted: str) -> bool:
+    """A pin meets `==wanted` as PEP 440 reads it: a local version (2.13.0+cpu) meets a public one (2.13.0)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if pinned is None:
+        return False
+    try:
+        return Version(pinned) in SpecifierSet(f"=={wanted}")
+    except (InvalidVersion, InvalidSpecifier):
+        return pinned == wanted
+
+
 def check_lock(spec: LockSpec, lock: Lock) -> None:
     """Raise LockError unless the lock was made from exactly these inputs, pins what they say and names a file for
     every pin."""
@@ -237,7 +250,7 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
         if not sep:
             continue
         got = lock.pins.get(normalize(name), below.get(normalize(name)))
-        if got != version:
+        if not satisfies(got, version):
             raise LockError(f"{lock.path}: pins {name}=={got}, {says} {version}; regenerate it: {spec.command}")
     moved_ok = {normalize(o.partition("==")[0]) for o in spec.overrides}
     for name, version in lock.pins.items():
