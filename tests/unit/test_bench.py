@@ -3,7 +3,7 @@ from typing import ClassVar
 
 import pytest
 
-from ascend_images.bench.run import TARGETS, table, verdicts
+from ascend_images.bench.run import PHASES, TARGETS, table, verdicts
 from ascend_images.console import Steps
 from tests.conftest import ROOT
 
@@ -14,7 +14,10 @@ def report(**over):
         "shared_speedup": 1.75, "noop_seconds": 6.0, "noop_fraction": 0.01,
         "incremental": {"seconds": 90.0, "rebuilt": ["a", "b"], "expected": ["a", "b"], "only_affected": True},
         "dive": {"ns/x:tag": 0.99}, "sizes": {"ns/x:tag": {"image_mb": 1400.0, "own_layers_mb": 500.0}},
-        "startup_ms": {"overhead_ms": {"ns/x:tag": 12.0}},
+        "startup_ms": {"overhead_ms": {"ns/x:tag": 12.0}}, "phases": list(PHASES),
+        "downloads": {"stages": [{"tag": "t", "wanted": 30, "downloaded": 30}, {"tag": "v", "wanted": 20,
+                                                                                "downloaded": 5}],
+                      "wanted_total": 50, "downloaded": 35, "distinct_stored": 35, "each_once": True},
     }
     base.update(over)
     return base
@@ -23,7 +26,8 @@ def report(**over):
 def test_verdicts_report_hits_and_misses():
     v = verdicts(report())
     assert v == {"noop_within_3pct": True, "incremental_only_affected": True, "shared_at_least_1_8x": False,
-                 "dive_at_least_0_98": True, "startup_within_30ms": True, "fleet_within_10pct": None}
+                 "dive_at_least_0_98": True, "startup_within_30ms": True, "fleet_within_10pct": None,
+                 "install_within_0_25_of_pip": None, "each_wheel_downloaded_once": True}
     v = verdicts(report(noop_fraction=0.05, dive={"ns/x:tag": None}, startup_ms={"overhead_ms": {"t": 45.0}}))
     assert v["noop_within_3pct"] is False and v["dive_at_least_0_98"] is None and v["startup_within_30ms"] is False
 
@@ -75,7 +79,8 @@ def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
     from ascend_images.bench.run import matrix_with_env_default
     from ascend_images.inputs.lockspec import load_lock
     from ascend_images.matrix.envs import effective_env
-    from ascend_images.matrix.model import load_matrix, select
+    from ascend_images.matrix.model import load_matrix
+    from ascend_images.matrix.selection import select
 
     changed = matrix_with_env_default(ROOT / "matrix.yaml", tmp_path, "a3", "SOC_VERSION", "Ascend910_9391x")
     matrix = load_matrix(changed)
@@ -252,8 +257,8 @@ def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
     assert result["stage_cache"] is None and result["fleet_seconds"] is None and result["fleet_fraction"] is None
     assert result["verdicts"]["fleet_within_10pct"] is None
     steps = fake_bench.progress.getvalue().splitlines()
-    assert "bench 2/7 fleet: skipped (needs --stage-cache) (0.0s)" in steps
-    assert [line.split(" ")[1] for line in steps] == [f"{k}/7" for k in range(1, 8)]
+    assert "bench 2/8 fleet: skipped (needs --stage-cache) (0.0s)" in steps
+    assert [line.split(" ")[1] for line in steps] == [f"{k}/8" for k in range(1, 9)]
     assert not any(line.startswith("[bench ") or line.startswith("bench ") for line in fake_bench.lines)
 
 
@@ -279,7 +284,7 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
     assert result["fleet_statuses"] == {"built": 0, "pulled": stages, "reused": 0}
     assert result["verdicts"]["fleet_within_10pct"] is True
     assert f"30.0 s = 5.00% of cold: {stages} pulled, 0 built" in table(result)
-    assert any(line.startswith("bench 2/7 fleet: a second, empty engine")
+    assert any(line.startswith("bench 2/8 fleet: a second, empty engine")
                for line in fake_bench.progress.getvalue().splitlines())
 
 
@@ -346,3 +351,100 @@ def test_a_scratch_engine_needs_root(monkeypatch, tmp_path):
     with pytest.raises(ScratchEngineError, match="needs root"):
         engine.start()
     assert not (tmp_path / "engine").exists()
+
+
+# --- downloads, the install phase and --only --------------------------------------------------------------------------
+def test_downloads_are_each_once_when_the_fetches_equal_the_distinct_files(tmp_path):
+    from ascend_images.bench.run import downloads
+    from ascend_images.builder.build import StageResult
+
+    store = tmp_path / "store"
+    for key in ("a" * 64, "b" * 64, "c" * 64):
+        (store / key).mkdir(parents=True)
+    (store / ".downloads").mkdir()  # the staging directory is no stored file
+
+    def result(tag, wanted, downloaded):
+        return StageResult(tag, "torch", "built", "id", "key", 1.0, None, "", wanted, downloaded)
+
+    shared = downloads([result("torch", 2, 2), result("vllm", 2, 1), result("cann", 0, 0)], store)
+    assert shared == {"stages": [{"tag": "torch", "wanted": 2, "downloaded": 2},
+                                 {"tag": "vllm", "wanted": 2, "downloaded": 1}],
+                      "wanted_total": 4, "downloaded": 3, "distinct_stored": 3, "each_once": True}
+    # the second stage fetched the shared file again
+    assert downloads([result("torch", 2, 2), result("vllm", 2, 2)], store)["each_once"] is False
+
+
+def install_figures(native_s):
+    return {"stage": "ns/sglang:t", "wheels": 149, "pip_compile_s": 300.0, "pip_no_compile_s": 120.0,
+            "uv_target_compile_s": 180.0, "uv_target_s": 12.0, "native_install_s": 5.5,
+            "native_bytecode_s": native_s - 5.5, "native_s": native_s, "native_fraction_of_pip": native_s / 300.0,
+            "target_fraction_max": 0.25}
+
+
+@pytest.mark.parametrize(("native_s", "verdict"), [(39.0, "met"), (75.0, "met"), (75.3, "MISSED")])
+def test_the_native_install_is_held_to_a_quarter_of_pip(native_s, verdict):
+    r = report(install=install_figures(native_s), **{"import": {"with_pyc_s": 4.1, "without_pyc_s": 19.5}})
+    shown = rows(r)
+    assert shown["target install_within_0_25_of_pip"] == verdict
+    assert shown["install: uv, no .pyc"] == "12.0 s = 0.04 of pip"
+    assert shown["first import torch, torch_npu"] == "4.1 s with .pyc, 19.5 s without"
+
+
+def test_phases_not_run_are_not_measured_and_not_shown():
+    r = {"targets": TARGETS, "phases": ["incremental"],
+         "incremental": {"seconds": 9.0, "rebuilt": [], "expected": [], "only_affected": True}}
+    shown = rows(r)
+    assert shown["incremental rebuild"] == "9.0 s, 0 stage(s), only affected: True"
+    assert "cold build (selection)" not in shown and "fleet build (2nd engine, cache warm)" not in shown
+    assert [k for k, ok in r["verdicts"].items() if ok is not None] == ["incremental_only_affected"]
+
+
+@pytest.mark.parametrize(("only", "expected"), [
+    (None, PHASES), ("install", ("install",)), ("install, cold,noop", ("cold", "noop", "install")),
+])
+def test_only_picks_phases_in_the_bench_order(only, expected):
+    from ascend_images.cli.benchmark import bench_phases
+
+    assert bench_phases(only) == expected
+
+
+@pytest.mark.parametrize(("only", "message"), [
+    ("instal", "--only 'instal': 'instal' is not a phase; the phases: cold, fleet, alone, noop, incremental, "
+               "sizes, startup, install"),
+    ("noop", "--only 'noop': noop is measured against the cold build; add it: --only cold,noop"),
+    ("install,", "--only 'install,': '' is not a phase"),
+])
+def test_only_refuses_what_it_cannot_run(only, message):
+    from ascend_images.cli.benchmark import bench_phases
+    from ascend_images.errors import SelectionError
+
+    with pytest.raises(SelectionError) as caught:
+        bench_phases(only)
+    assert str(caught.value).startswith(message)
+
+
+def test_the_install_phase_measures_the_backend_stage_over_its_parent_with_its_installer(fake_bench, monkeypatch):
+    import ascend_images.bench.run as bench
+
+    seen = {}
+
+    def install(client, inputs, store, stage, installer, work, out):
+        seen["install"] = (stage, installer)
+        return install_figures(39.0)
+
+    def imports(client, image, work, runs, out):
+        seen["import"] = image
+        return {"with_pyc_s": 4.0, "without_pyc_s": 20.0}
+
+    monkeypatch.setattr(bench, "measure_install", install)
+    monkeypatch.setattr(bench, "measure_import", imports)
+    setup = fake_bench.setup()
+    setup.selection = {**setup.selection, "backend": "sglang"}
+    result = bench.run_bench(setup, runs=1, phases=("install",))
+    stage, installer = seen["install"]
+    assert stage.kind == "sglang" and installer == stage.needs[0].tag and stage.needs[0].kind == "installer"
+    assert seen["import"] == stage.parent.tag and stage.parent.kind == "torch"
+    assert result["verdicts"]["install_within_0_25_of_pip"] is True
+    assert "cold_seconds" not in result and not any(b.settings.force for b in fake_bench.builders)
+    steps = fake_bench.progress.getvalue().splitlines()
+    assert [line.split(" ")[1] for line in steps] == ["1/8", "2/8"]  # the fixture's Steps counts all eight

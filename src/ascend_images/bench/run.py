@@ -9,6 +9,10 @@ the only build of the bench that uses the cache: the others would push forced re
 figure), and the fleet figure is measured: a second, empty engine (a scratch dockerd on this host, or `--fleet-engine`)
 given only the selection's OS images builds the same plan with the cache warm, as another machine of a fleet would.
 Target: transfer only (nothing built), at most 10% of the cold build.
+
+The cold build also starts from an empty wheel store of the bench's own, so it counts the downloads (each file once,
+however many stages take it). The install phase measures one backend stage's install step five ways on its lock
+(bench/install.py). `--only` runs some phases; those measured against the cold build need it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import platform
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -29,9 +34,11 @@ import docker
 import yaml
 
 from ascend_images.bench.fleet import FLEET_FRACTION_MAX, check_fleet, fleet_row, fleet_verdict, measure_fleet
+from ascend_images.bench.install import NATIVE_FRACTION_MAX, measure_import, measure_install
 from ascend_images.bench.setup import BenchSetup
 from ascend_images.builder.build import Builder, StageResult
-from ascend_images.matrix.model import Variant, load_matrix, select
+from ascend_images.matrix.model import Variant, load_matrix
+from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
 from ascend_images.tools import which
 
@@ -42,7 +49,15 @@ TARGETS = {
     "dive_efficiency_min": 0.98,
     "startup_overhead_ms_max": 30.0,
     "fleet_fraction_max": FLEET_FRACTION_MAX,
+    "native_install_fraction_max": NATIVE_FRACTION_MAX,
 }
+PHASES = ("cold", "fleet", "alone", "noop", "incremental", "sizes", "startup", "install")
+NEEDS_COLD = ("fleet", "alone", "noop")  # measured against the cold build
+
+
+def phase_steps(phases: tuple[str, ...]) -> int:
+    """How many steps the progress shows: one per phase, and the warm build that stands in for a cold one."""
+    return len(phases) + ("cold" not in phases)
 
 
 def _plan(setup: BenchSetup, matrix_path: Path | None = None, namespace: str | None = None,
@@ -81,11 +96,13 @@ def _remove_stage_images(client: docker.DockerClient, plan: BuildPlan) -> None:
 
 
 def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool, client: docker.DockerClient | None = None,
-           cache: bool = False) -> tuple[float, list[StageResult]]:
-    """Build `plan` on `client` (default: the host's engine), with the stage cache only when `cache`."""
+           cache: bool = False, wheel_store: Path | None = None) -> tuple[float, list[StageResult]]:
+    """Build `plan` on `client` (default: the host's engine), with the stage cache only when `cache`, and the wheel
+    store at `wheel_store` when given."""
     settings = replace(setup.settings, force=cold, nocache=cold,
                        stage_cache=setup.stage_cache if cache else None,
-                       stage_cache_read_only=setup.stage_cache_read_only)
+                       stage_cache_read_only=setup.stage_cache_read_only,
+                       wheel_store=wheel_store or setup.settings.wheel_store)
     # the builder's own lines (stage, step, heartbeat, log path), indented under the bench's phase: a cold build
     # of two emulated backends runs for half an hour
     builder = Builder(client or setup.client, settings, out=lambda line: setup.out(f"    {line}"))
@@ -119,9 +136,10 @@ def _startup_ms(client: docker.DockerClient, ref: str, runs: int) -> float:
 
 
 def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, str, str] | None = None,
-              measure_alone: bool = True) -> dict[str, Any]:
+              measure_alone: bool = True, phases: tuple[str, ...] = PHASES) -> dict[str, Any]:
     out = setup.out
-    check_fleet(setup)
+    if "fleet" in phases:
+        check_fleet(setup)
     work = setup.settings.work_dir / "bench"
     work.mkdir(parents=True, exist_ok=True)
     plan, variants = _plan(setup)
@@ -129,23 +147,79 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
         "machine": {"platform": platform.platform(), "cpus": _cpus(), "python": platform.python_version(),
                     "engine": setup.client.version().get("Version")},
         "selection": setup.selection, "variants": [v.name for v in variants], "targets": TARGETS,
+        "phases": list(phases),
     }
 
-    pushing = f", pushing to the stage cache {setup.stage_cache}" if setup.stage_cache and \
-        not setup.stage_cache_read_only else ""
-    setup.steps.begin(f"cold build of the selection ({len(plan.stages)} stages{pushing})")
-    cold, cold_results = _build(setup, plan, cold=True, cache=True)
-    report["cold_seconds"] = round(cold, 1)
-    report["stages"] = [{"tag": r.tag, "kind": r.kind, "seconds": round(r.seconds, 1)} for r in cold_results]
-    out(f"  {cold:.0f}s")
-
-    if setup.stage_cache:
-        setup.steps.begin("fleet: a second, empty engine builds the selection with the stage cache warm")
+    if "cold" in phases:
+        pushing = f", pushing to the stage cache {setup.stage_cache}" if setup.stage_cache and \
+            not setup.stage_cache_read_only else ""
+        setup.steps.begin(f"cold build of the selection ({len(plan.stages)} stages{pushing}, an empty wheel store)")
+        store = work / "wheel-store"
+        shutil.rmtree(store, ignore_errors=True)
+        cold, cold_results = _build(setup, plan, cold=True, cache=True, wheel_store=store)
+        report["cold_seconds"] = round(cold, 1)
+        report["stages"] = [{"tag": r.tag, "kind": r.kind, "seconds": round(r.seconds, 1)} for r in cold_results]
+        report["downloads"] = downloads(cold_results, store)
+        out(f"  {cold:.0f}s; {downloads_row(report['downloads'])}")
     else:
-        setup.steps.begin("fleet: skipped (needs --stage-cache)")
-    report.update(measure_fleet(setup, plan, cold, _build))
+        setup.steps.begin(f"build of the selection ({len(plan.stages)} stages; what the engine holds is reused)")
+        seconds, cold_results = _build(setup, plan, cold=False)
+        out(f"  {seconds:.0f}s")
 
-    setup.steps.begin("each variant alone, from nothing")
+    if "fleet" in phases:
+        if setup.stage_cache:
+            setup.steps.begin("fleet: a second, empty engine builds the selection with the stage cache warm")
+        else:
+            setup.steps.begin("fleet: skipped (needs --stage-cache)")
+        report.update(measure_fleet(setup, plan, cold, _build))
+
+    if "alone" in phases:
+        setup.steps.begin("each variant alone, from nothing")
+        report.update(_alone(setup, variants, cold, cold_results, measure_alone))
+
+    if "noop" in phases:
+        setup.steps.begin("no-op rebuild")
+        noop, noop_results = _build(setup, plan, cold=False)
+        report["noop_seconds"] = round(noop, 2)
+        report["noop_fraction"] = round(noop / cold, 4) if cold else None
+        report["noop_rebuilt"] = [r.tag for r in noop_results if r.status == "built"]
+        out(f"  {noop:.1f}s ({report['noop_fraction']:.2%} of cold), rebuilt: {report['noop_rebuilt'] or 'nothing'}")
+
+    if "incremental" in phases:
+        setup.steps.begin("incremental rebuild after one env default changes")
+        report["incremental"] = _incremental(setup, plan, variants, incremental_env)
+
+    if "sizes" in phases:
+        setup.steps.begin("sizes and dive efficiency")
+        report.update(_sizes(setup, plan, variants, work))
+
+    if "startup" in phases:
+        setup.steps.begin(f"start-up: docker run IMAGE true, median of {runs}")
+        base_ref = next(s.parent_ref for s in plan.stages if s.parent is None)
+        base_ms = _startup_ms(setup.client, base_ref, runs)
+        startup = {tag: round(_startup_ms(setup.client, tag, runs), 1)
+                   for tag in {plan.top(v).tag for v in variants}}
+        report["startup_ms"] = {"os_image": {base_ref: round(base_ms, 1)}, "images": startup,
+                                "overhead_ms": {t: round(ms - base_ms, 1) for t, ms in startup.items()}}
+
+    if "install" in phases:
+        stage = next((s for s in plan.stages if s.kind in ("vllm", "sglang") and s.needs), None)
+        if stage is None:
+            setup.steps.begin("install step: skipped (the selection has no backend stage)")
+        else:
+            setup.steps.begin(f"install step of {stage.tag}, five ways on its lock; first import with and without "
+                              f".pyc")
+            report["install"] = measure_install(setup.client, setup.settings.inputs, _store(setup), stage,
+                                                stage.needs[0].tag, work, out)
+            torch = next(s for s in stage.chain() if s.kind == "torch")
+            report["import"] = measure_import(setup.client, torch.tag, work, min(runs, 3), out)
+    report["verdicts"] = verdicts(report)
+    setup.steps.end()
+    return report
+
+
+def _alone(setup: BenchSetup, variants: list[Variant], cold: float, cold_results: list[StageResult],
+           measure_alone: bool) -> dict[str, Any]:
     alone = []
     for v in variants:
         where = {"device": v.device, "backend": v.backend, "arch": v.arch, "os": v.os, "release": v.release_name}
@@ -157,19 +231,13 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
             single, _ = _plan(setup, **where)
             seconds = sum(r.seconds for r in cold_results if r.tag in {s.tag for s in single.stages})
         alone.append(round(seconds, 1))
-        out(f"  {v.name}: {seconds:.0f}s")
-    report["alone_seconds"] = alone
-    report["alone_measured"] = measure_alone
-    report["shared_speedup"] = round(sum(alone) / cold, 2) if cold else None
+        setup.out(f"  {v.name}: {seconds:.0f}s")
+    return {"alone_seconds": alone, "alone_measured": measure_alone,
+            "shared_speedup": round(sum(alone) / cold, 2) if cold else None}
 
-    setup.steps.begin("no-op rebuild")
-    noop, noop_results = _build(setup, plan, cold=False)
-    report["noop_seconds"] = round(noop, 2)
-    report["noop_fraction"] = round(noop / cold, 4) if cold else None
-    report["noop_rebuilt"] = [r.tag for r in noop_results if r.status == "built"]
-    out(f"  {noop:.1f}s ({report['noop_fraction']:.2%} of cold), rebuilt: {report['noop_rebuilt'] or 'nothing'}")
 
-    setup.steps.begin("incremental rebuild after one env default changes")
+def _incremental(setup: BenchSetup, plan: BuildPlan, variants: list[Variant],
+                 incremental_env: tuple[str, str, str] | None) -> dict[str, Any]:
     device, name, value = incremental_env or (variants[-1].device, "SOC_VERSION",
                                               variants[-1].device_spec.soc_version + "x")
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,69 +248,118 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     expected = [s.tag for s in changed_plan.stages
                 if any(st.kind == "cann" and st.variant.device == device for st in s.chain())]
     only_affected = sorted(rebuilt) == sorted(expected)
-    report["incremental"] = {"change": f"env.device.{device}.{name}={value}", "seconds": round(seconds, 1),
-                             "rebuilt": rebuilt, "expected": expected, "only_affected": only_affected}
-    out(f"  {seconds:.0f}s, rebuilt {len(rebuilt)} stage(s), only the affected: {only_affected}")
+    setup.out(f"  {seconds:.0f}s, rebuilt {len(rebuilt)} stage(s), only the affected: {only_affected}")
     # put the real images back under their tags
     _build(setup, plan, cold=False)
+    return {"change": f"env.device.{device}.{name}={value}", "seconds": round(seconds, 1),
+            "rebuilt": rebuilt, "expected": expected, "only_affected": only_affected}
 
-    setup.steps.begin("sizes and dive efficiency")
+
+def _sizes(setup: BenchSetup, plan: BuildPlan, variants: list[Variant], work: Path) -> dict[str, Any]:
     sizes = {}
     for stage in plan.stages:
-        own = _image_size(setup.client, stage.tag) - (_image_size(setup.client, stage.parent.tag)
-                                                       if stage.parent else _image_size(setup.client, stage.parent_ref))
+        below = stage.parent.tag if stage.parent else stage.parent_ref
+        own = _image_size(setup.client, stage.tag) - _image_size(setup.client, below)
         sizes[stage.tag] = {"image_mb": round(_image_size(setup.client, stage.tag) / 1e6, 1),
                             "own_layers_mb": round(own / 1e6, 1)}
-    report["sizes"] = sizes
-    report["dive"] = {plan.top(v).tag: _dive(plan.top(v).tag, work) for v in variants}
-    for tag, score in report["dive"].items():
-        out(f"  {tag}: {sizes[tag]['image_mb']} MB, dive efficiency {score}")
+    dive = {plan.top(v).tag: _dive(plan.top(v).tag, work) for v in variants}
+    for tag, score in dive.items():
+        setup.out(f"  {tag}: {sizes[tag]['image_mb']} MB, dive efficiency {score}")
+    return {"sizes": sizes, "dive": dive}
 
-    setup.steps.begin(f"start-up: docker run IMAGE true, median of {runs}")
-    base_ref = next(s.parent_ref for s in plan.stages if s.parent is None)
-    base_ms = _startup_ms(setup.client, base_ref, runs)
-    startup = {tag: round(_startup_ms(setup.client, tag, runs), 1) for tag in {plan.top(v).tag for v in variants}}
-    report["startup_ms"] = {"os_image": {base_ref: round(base_ms, 1)}, "images": startup,
-                            "overhead_ms": {t: round(ms - base_ms, 1) for t, ms in startup.items()}}
-    report["verdicts"] = verdicts(report)
-    setup.steps.end()
-    return report
+
+def _store(setup: BenchSetup):
+    from ascend_images.inputs.wheelstore import WheelStore
+
+    return WheelStore(setup.settings.wheel_store, out=setup.out)
+
+
+def downloads(results: list[StageResult], store: Path) -> dict[str, Any]:
+    """What the stages took from the wheel store against what was fetched: with each file fetched once, the
+    downloads equal the distinct files stored, and fall short of the stages' sum when stages share files."""
+    stored = sum(1 for p in store.iterdir() if p.is_dir() and not p.name.startswith(".")) if store.is_dir() else 0
+    taken = [{"tag": r.tag, "wanted": r.wheels_wanted, "downloaded": r.wheels_downloaded}
+             for r in results if r.wheels_wanted]
+    fetched = sum(r["downloaded"] for r in taken)
+    return {"stages": taken, "wanted_total": sum(r["wanted"] for r in taken), "downloaded": fetched,
+            "distinct_stored": stored, "each_once": fetched == stored}
+
+
+def downloads_row(d: dict[str, Any]) -> str:
+    return (f"{d['downloaded']} files downloaded for {d['wanted_total']} taken by {len(d['stages'])} stages "
+            f"({d['distinct_stored']} distinct, each fetched {'once' if d['each_once'] else 'MORE THAN ONCE'})")
 
 
 def verdicts(report: dict[str, Any]) -> dict[str, bool | None]:
+    """Each target met (True), missed (False) or not measured in this run (None)."""
     t = report["targets"]
-    dive = [s for s in report["dive"].values() if s is not None]
+    dive = [s for s in report.get("dive", {}).values() if s is not None]
+    noop, speedup = report.get("noop_fraction"), report.get("shared_speedup")
+    overheads = report.get("startup_ms", {}).get("overhead_ms", {}).values()
+    install = report.get("install")
     return {
-        "noop_within_3pct": report["noop_fraction"] is not None and report["noop_fraction"] <= t["noop_fraction_max"],
-        "incremental_only_affected": report["incremental"]["only_affected"],
-        "shared_at_least_1_8x": report["shared_speedup"] is not None
-        and report["shared_speedup"] >= t["shared_speedup_min"],
+        "noop_within_3pct": None if "noop_seconds" not in report else noop is not None
+        and noop <= t["noop_fraction_max"],
+        "incremental_only_affected": report["incremental"]["only_affected"] if "incremental" in report else None,
+        "shared_at_least_1_8x": None if "alone_seconds" not in report else speedup is not None
+        and speedup >= t["shared_speedup_min"],
         "dive_at_least_0_98": (min(dive) >= t["dive_efficiency_min"]) if dive else None,
-        "startup_within_30ms": max(report["startup_ms"]["overhead_ms"].values()) <= t["startup_overhead_ms_max"],
+        "startup_within_30ms": max(overheads) <= t["startup_overhead_ms_max"] if overheads else None,
         "fleet_within_10pct": fleet_verdict(report),
+        "install_within_0_25_of_pip": None if install is None
+        else install["native_fraction_of_pip"] <= t["native_install_fraction_max"],
+        "each_wheel_downloaded_once": report["downloads"]["each_once"] if "downloads" in report else None,
     }
 
 
 def table(report: dict[str, Any]) -> str:
-    rows = [
-        ("cold build (selection)", f"{report['cold_seconds']} s"),
-        ("each variant alone (sum)", f"{sum(report['alone_seconds']):.1f} s"
-                                     f"{'' if report['alone_measured'] else ' (DERIVED from stage times, --quick)'}"),
-        ("shared-stage speed-up", f"{report['shared_speedup']}x (target >= 1.8x)"
-                                  f"{'' if report['alone_measured'] else ' (DERIVED: from the derived sum above)'}"),
-        ("fleet build (2nd engine, cache warm)", fleet_row(report)),
-        ("no-op rebuild", f"{report['noop_seconds']} s = {report['noop_fraction']:.2%} of cold (target <= 3%)"),
-        ("incremental rebuild", f"{report['incremental']['seconds']} s, {len(report['incremental']['rebuilt'])} "
-                                f"stage(s), only affected: {report['incremental']['only_affected']}"),
-    ]
-    for tag, score in report["dive"].items():
+    rows: list[tuple[str, str]] = []
+    if "cold_seconds" in report:
+        rows.append(("cold build (selection)", f"{report['cold_seconds']} s"))
+        rows.append(("wheel downloads (empty store)", downloads_row(report["downloads"])))
+    if "alone_seconds" in report:
+        derived = "" if report["alone_measured"] else " (DERIVED from stage times, --quick)"
+        rows.append(("each variant alone (sum)", f"{sum(report['alone_seconds']):.1f} s{derived}"))
+        rows.append(("shared-stage speed-up", f"{report['shared_speedup']}x (target >= 1.8x)"
+                     f"{'' if report['alone_measured'] else ' (DERIVED: from the derived sum above)'}"))
+    if "fleet" in report.get("phases", ()):
+        rows.append(("fleet build (2nd engine, cache warm)", fleet_row(report)))
+    if "noop_seconds" in report:
+        rows.append(("no-op rebuild", f"{report['noop_seconds']} s = {report['noop_fraction']:.2%} of cold "
+                                      "(target <= 3%)"))
+    if "incremental" in report:
+        inc = report["incremental"]
+        rows.append(("incremental rebuild", f"{inc['seconds']} s, {len(inc['rebuilt'])} stage(s), only affected: "
+                                            f"{inc['only_affected']}"))
+    for tag, score in report.get("dive", {}).items():
         rows.append((f"size / dive {tag.rsplit(':', 1)[-1]}", f"{report['sizes'][tag]['image_mb']} MB / {score}"))
-    for tag, ms in report["startup_ms"]["overhead_ms"].items():
+    for tag, ms in report.get("startup_ms", {}).get("overhead_ms", {}).items():
         rows.append((f"start-up overhead {tag.rsplit(':', 1)[-1]}", f"{ms} ms (target <= 30 ms)"))
+    if "install" in report:
+        rows += install_rows(report["install"], report["import"])
     for name, ok in report["verdicts"].items():
         rows.append((f"target {name}", {True: "met", False: "MISSED", None: "not measured"}[ok]))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{k:{width}}  {v}" for k, v in rows)
+
+
+def install_rows(install: dict[str, Any], imports: dict[str, Any]) -> list[tuple[str, str]]:
+    pip = install["pip_compile_s"]
+
+    def row(seconds: float) -> str:
+        return f"{seconds} s = {seconds / pip:.2f} of pip"
+
+    return [
+        (f"install {install['wheels']} wheels: pip, .pyc", f"{pip} s (target arch; the stages before uv)"),
+        ("install: pip --no-compile", row(install["pip_no_compile_s"])),
+        ("install: uv --compile-bytecode", row(install["uv_target_compile_s"])),
+        ("install: uv, no .pyc", row(install["uv_target_s"])),
+        ("install: native uv + checked-hash .pyc",
+         f"{install['native_install_s']} s + {install['native_bytecode_s']} s = "
+         f"{install['native_fraction_of_pip']:.2f} of pip (target <= {install['target_fraction_max']})"),
+        ("first import torch, torch_npu", f"{imports['with_pyc_s']} s with .pyc, {imports['without_pyc_s']} s "
+                                          "without"),
+    ]
 
 
 def _cpus() -> int:

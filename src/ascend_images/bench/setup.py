@@ -13,7 +13,7 @@ from ascend_images.builder.build import BuildSettings
 from ascend_images.console import Steps
 
 Out = Callable[[str], None]
-STEPS = 7  # the bench's measurements, each a step on stderr
+STEPS = 8  # the bench's measurements (its phases), each a step on stderr
 
 
 @dataclass
@@ -28,5 +28,5 @@ class BenchSetup:
     stage_cache: str | None = None  # REGISTRY/NAMESPACE: the cold build pushes there, the fleet build pulls
     stage_cache_read_only: bool = False  # the cold build pushes nothing: the fleet build uses what is there
     fleet_engine: str | None = None  # DOCKER_HOST of an empty engine for the fleet build; default: a scratch dockerd
-    # which of the seven measurements runs, on stderr; the figures stay on `out`
+    # which of the measurements runs, on stderr; the figures stay on `out`
     steps: Steps = field(default_factory=lambda: Steps("bench", STEPS))

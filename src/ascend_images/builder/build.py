@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,8 @@ class StageResult:
     seconds: float
     log: str | None
     context: str
+    wheels_wanted: int = 0  # files the stage took from the wheel store
+    wheels_downloaded: int = 0  # of those, fetched from an index for it (the rest were stored already)
 
 
 def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str, tools: tuple[str, ...] = ()) -> str:
@@ -237,16 +239,18 @@ class Builder:
                           offline=inputs.pip_offline, out=self.progress,
                           fetch_hint="invoke fetch ... (the same selection flags) on a connected host")
 
-    def _fill_store(self, label: str, ctx: dict[str, Any]) -> None:
+    def _fill_store(self, label: str, ctx: dict[str, Any]) -> tuple[int, int]:
         """The stage's locked files into the host's wheel store before it builds (a missing one fails here, in
         seconds, not in the build): each file is fetched once per host, whichever stage or release needs it."""
         wanted = stored_files(ctx.get("packages", {}).get("wanted", []))
-        if wanted:
-            before = len(self.store.downloaded)
-            self.store.ensure(wanted, [with_login(url, self.settings.inputs.index_credentials)
-                                       for url in ctx["packages"].get("indexes", [])])
-            fetched = len(self.store.downloaded) - before
-            self.progress(f"{label} wheel store: {len(wanted)} file(s), {fetched} downloaded now")
+        if not wanted:
+            return 0, 0
+        before = len(self.store.downloaded)
+        self.store.ensure(wanted, [with_login(url, self.settings.inputs.index_credentials)
+                                   for url in ctx["packages"].get("indexes", [])])
+        fetched = len(self.store.downloaded) - before
+        self.progress(f"{label} wheel store: {len(wanted)} file(s), {fetched} downloaded now")
+        return len(wanted), fetched
 
     # --- one stage -----------------------------------------------------------------------------
     def build_stage(self, stage: Stage, index: int, total: int, server: BuildServer) -> StageResult:
@@ -281,8 +285,9 @@ class Builder:
                         self.out(f"{label} {stage.tag}: pulled from the stage cache (content key {key[:12]})")
                         return StageResult(stage.tag, stage.kind, "pulled", pulled, key,
                                            time.monotonic() - started, None, str(context))
-                self._fill_store(label, ctx)
+                wheels = self._fill_store(label, ctx)
                 result = self._build_claimed(stage, label, index, key, context, server, started, tools)
+                result = replace(result, wheels_wanted=wheels[0], wheels_downloaded=wheels[1])
         if self.cache is not None:
             self.cache.push(stage, key, result.image_id)
         return result

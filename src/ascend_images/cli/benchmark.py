@@ -11,8 +11,9 @@ from ascend_images.cli.build import base_images
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags, env_flag, output_path, whole_number
 from ascend_images.cli.taskdef import INPUTS, SELECTION, SOURCES, run_body, task
 from ascend_images.console import Steps
-from ascend_images.matrix.model import parse_env_overrides
+from ascend_images.errors import SelectionError
 from ascend_images.matrix.rules import enforce
+from ascend_images.matrix.selection import parse_env_overrides
 
 Out = Callable[[str], None]
 
@@ -44,20 +45,39 @@ def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=Non
              stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine)
 
 
+def bench_phases(only: str | None) -> tuple[str, ...]:
+    """--only's phases in the bench's order, checked: each one known, and the cold build there for those measured
+    against it."""
+    from ascend_images.bench.run import NEEDS_COLD, PHASES
+
+    if only is None:
+        return PHASES
+    asked = [p.strip() for p in only.split(",")]
+    for phase in asked:
+        if phase not in PHASES:
+            raise SelectionError(f"--only {only!r}: {phase!r} is not a phase; the phases: {', '.join(PHASES)}")
+    for phase in asked:
+        if phase in NEEDS_COLD and "cold" not in asked:
+            raise SelectionError(f"--only {only!r}: {phase} is measured against the cold build; add it: "
+                                 f"--only cold,{only}")
+    return tuple(p for p in PHASES if p in asked)
+
+
 def bench_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, json_path: Path,
           work_dir: Path = Path("build"), namespace: str = "ascend-images-bench", runs: int = 7,
           measure_alone: bool = True, stage_cache: str | None = None, stage_cache_read_only: bool = False,
-          fleet_engine: str | None = None) -> dict:
+          fleet_engine: str | None = None, phases: tuple[str, ...] | None = None) -> dict:
     """`invoke bench`; with a stage cache, the cold build pushes there and the fleet build (a second, empty engine:
     a scratch dockerd here, or `fleet_engine`) is measured pulling from it."""
-    from ascend_images.bench.run import run_bench, table
-    from ascend_images.bench.setup import STEPS, BenchSetup
+    from ascend_images.bench.run import PHASES, phase_steps, run_bench, table
+    from ascend_images.bench.setup import BenchSetup
     from ascend_images.builder.build import BuildSettings
     from ascend_images.builder.engine import connect, image_exists
 
     matrix = sel.load()
     variants = sel.variants(matrix)
-    steps = Steps("bench", STEPS)
+    phases = phases or PHASES
+    steps = Steps("bench", phase_steps(phases))
     enforce(variants, warn=steps.warn)
     client = connect()
     # every selection flag, so an overlay (profile, allocator, --env) over shared stages can be measured too
@@ -70,7 +90,7 @@ def bench_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
                        base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out,
                        stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,
                        steps=steps)
-    report = run_bench(setup, runs=runs, measure_alone=measure_alone)
+    report = run_bench(setup, runs=runs, measure_alone=measure_alone, phases=phases)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     out("")
