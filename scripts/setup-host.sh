@@ -65,7 +65,10 @@ PY
 fi
 
 
-for arch in ${ASCEND_IMAGES_OS_ARCHES:-aarch64}; do
+# aarch64 is what we publish; the host's own arch is what the installer stage runs on (it installs natively)
+native=$(uname -m)
+read -r -a os_arches <<<"${ASCEND_IMAGES_OS_ARCHES:-aarch64 $native}"
+for arch in $(printf '%s\n' "${os_arches[@]}" | sort -u); do
   docker_arch=$([ "$arch" = aarch64 ] && echo arm64 || echo amd64)
   if ! docker image inspect "ascend-images/os:debian12-$docker_arch" >/dev/null 2>&1; then
     step "invoke os-image --os debian12 --arch $arch"

@@ -92,8 +92,10 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
 
     sel = Selection(matrix=str(matrix), device="a2", backend="none", release=X86_RELEASE, arch="x86_64",
                         allocator="jemalloc")
+    # an empty wheel store of its own, so every locked file is fetched through the private indexes here
     flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_both),
-                            torch_index_url=mirrors["torch-index-url"].url("/simple/"))
+                        torch_index_url=mirrors["torch-index-url"].url("/simple/"),
+                        wheel_store=str(tmp_path / "wheel-store"))
     inputs = InputFlags(os_mirror=mirrors["os-mirror"].url("/debian"),
                             pip_index_url=mirrors["pip-index-url"].url("/pypi/simple/"),
                             pip_extra_index_url=[mirrors["pip-extra-index-url"].url("/simple/")],
@@ -103,7 +105,7 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
                                         force=True)
     output = "\n".join(lines)
     assert [r.status for r in results] == ["built"] * len(plan.stages), output
-    assert [s.kind for s in plan.stages] == ["base", "cann-install", "cann", "torch", "overlay"], output
+    assert [s.kind for s in plan.stages] == ["installer", "base", "cann-install", "cann", "torch", "overlay"], output
 
     # each credential was used: the mirrors saw it (so the build really went through them)
     assert mirrors["os-mirror"].authorized("/debian/dists/bookworm/InRelease")

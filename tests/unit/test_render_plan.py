@@ -6,7 +6,7 @@ import pytest
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
-from ascend_images.matrix.model import select
+from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import PlanOptions, make_plan, overlay_plan
 from ascend_images.stages.render import Renderer, dockerfile_value
 
@@ -227,7 +227,7 @@ def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
 
 def test_image_tag_needs_no_plan_and_is_the_plans_top(matrix):
     """names.image_tag answers without a plan or a CANN source; a plan's top stage carries the same tag."""
-    from ascend_images.matrix.model import all_variants
+    from ascend_images.matrix.selection import all_variants
     from ascend_images.stages.names import image_tag
 
     variants = all_variants(matrix) + select(matrix, device="a3", backend="vllm,sglang,none", profile="debug",
@@ -237,3 +237,15 @@ def test_image_tag_needs_no_plan_and_is_the_plans_top(matrix):
     # written out by hand: the tag scheme README documents
     (v,) = select(matrix, device="a3", backend="vllm", allocator="none")
     assert image_tag(v, "ns") == "ns/vllm-ascend:0.23.0-cann9.1.0-a3-debian12-py3.11-arm64-nopreload"
+
+
+def test_the_backend_sdist_a_stage_builds_is_among_the_files_the_wheel_store_must_hold(matrix):
+    """vLLM's sdist is served from the wheel store (PyPI's file): the builder fills the store with it before the
+    build, as with every locked file (the CI build of vLLM 0.23.0 failed on a 404 for it when it was not)."""
+    (v,) = select(matrix, device="a3", backend="vllm", release="cann9.1.0-pt2.10.0", arch="aarch64")
+    stage = make_plan([v], PlanOptions(CannSource("url", strict=False))).top(v)
+    ctx, _ = Renderer().context(stage, url_sources())
+    # PyPI's vllm-0.23.0.tar.gz, sha256 as PyPI's simple index lists it
+    sdist = "760269db3d9611e12e524681df1bca0977d5d2f5fcb4481cc34d33efc4ae7ff5"
+    assert f"vllm==0.23.0 --hash=sha256:{sdist}" in ctx["packages"]["wanted"]
+    assert f"${{ASCEND_BUILD_SERVER}}/wheels/{sdist}#{sdist}" in Renderer().render_text(stage, ctx)

@@ -192,6 +192,8 @@ def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
         zips = [a for k, a in resolved.items() if k == "kernel_release"]  # a release zip of wheels
     kernel = "sgl-kernel-npu from source (build.sh)" if "kernel_source" in ctx.get("artifacts", {}) else ""
     packages_context(stage, sources, ctx, files, builds, wheels.values(), zips, kernel)
+    if source is not None and source.url == store_url(source.sha256):  # PyPI's sdist, served from the wheel store
+        ctx["packages"]["wanted"].append(f"{v.backend}=={pins[v.backend]} --hash=sha256:{source.sha256}")
 
 
 def _backend_source(v: Variant, sources: Sources) -> tuple[dict[str, Any], Artifact | None]:
