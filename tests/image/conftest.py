@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_images.matrix.model import parse_env_overrides, select
+from ascend_images.matrix.selection import parse_env_overrides, select
 from ascend_images.release.imagemeta import variant_from_labels
 from ascend_images.stages.names import image_tag
 from tests.conftest import CI_SELECTIONS, ROOT, TEST_ARCH, TEST_NAMESPACE

@@ -17,7 +17,8 @@ import pytest
 
 from ascend_images.builder.buildserver import BuildServer
 from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
-from ascend_images.matrix.model import load_matrix, select
+from ascend_images.matrix.model import load_matrix
+from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
 from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE

@@ -10,7 +10,8 @@ import pytest
 from ascend_images.inputs.lockfile import parse_lock
 from ascend_images.inputs.lockgen import LockMaker
 from ascend_images.inputs.lockspec import check_lock, lock_path, lock_spec
-from ascend_images.matrix.model import load_matrix, select
+from ascend_images.matrix.model import load_matrix
+from ascend_images.matrix.selection import select
 from tests.conftest import ROOT
 from tests.fixtures.matrices import matrix_copy
 
@@ -111,3 +112,39 @@ def test_a_framework_lock_resolves_over_its_backends_and_needs_its_overrides(tmp
     with pytest.raises(Exception, match=r"uv could not resolve cann9\.1\.0-pt2\.10\.0/vllm\+verl/aarch64 over "
                                         r"vllm-aarch64\.txt"):
         maker.make(lock_spec(v, "framework"), tmp_path / "broken-locks")
+
+
+def test_a_third_framework_is_data_and_locks_and_renders_through_the_same_path(tmp_path, work_dir):
+    """A probe RL framework: a row of matrix.yaml's frameworks, its pins in a release and its env layer, and nothing
+    else: no module, no template of its own (the framework kind's reads everything from the matrix and the lock).
+    It locks through the one maker over the backend lock, under the one file name, and renders as verl and ROLL do."""
+    from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
+    from ascend_images.stages.plan import PlanOptions, make_plan
+    from ascend_images.stages.render import Renderer
+
+    def probe(data: dict) -> None:
+        data["frameworks"]["probe"] = {"description": "a probe RL framework", "module": "colorama",
+                                       "backends": ["vllm"], "source": "this test"}
+        data["releases"]["cann9.1.0-pt2.10.0"]["frameworks"]["probe"] = {
+            "version": "1.0", "backends": ["vllm"], "packages": ["colorama==0.4.6"], "source": "this test"}
+        data["env"]["framework"]["probe"] = {"PROBE_RL_LEVEL": {"value": "2", "source": "this test"}}
+
+    matrix = load_matrix(matrix_copy(tmp_path, probe, locks=True))
+    (v,) = select(matrix, device="a3", backend="vllm", framework="probe", release="cann9.1.0-pt2.10.0",
+                  arch="aarch64")
+    spec = lock_spec(v, "framework")
+    path = LockMaker(lambda line: None, work_dir / "cache" / "sdists").make(spec, tmp_path / "locks")
+    assert path == tmp_path / "locks" / "cann9.1.0-pt2.10.0" / "vllm-probe-aarch64.txt"
+    lock = parse_lock(path)
+    check_lock(spec, lock)
+    assert lock.pins == {"colorama": "0.4.6"} and lock.header["framework"] == "probe==1.0"
+    assert lock.header["over"].startswith("vllm-aarch64.txt sha256:")
+    stage = make_plan([v], PlanOptions(CannSource("url", strict=False))).top(v)
+    assert stage.kind == "framework"
+    assert stage.tag == "ascend-images/probe:1.0-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-arm64"
+    renderer = Renderer()
+    ctx, files = renderer.context(stage, Sources(CannSource("url", strict=False), ArtifactSource(strict=False)))
+    text = renderer.render_text(stage, ctx)
+    assert files["install.txt"].decode() == f"colorama==0.4.6 --hash=sha256:{lock.hashes['colorama']}\n"
+    assert "locks/vllm-probe-aarch64.txt" in files and "vllm-probe-aarch64.txt" in text
+    assert "PROBE_RL_LEVEL" in text and 'io.ascend-images.framework="probe"' in text

@@ -22,7 +22,8 @@ from ascend_images.inputs.lockgen import LockMaker
 from ascend_images.inputs.lockspec import load_lock, lock_spec
 from ascend_images.inputs.pins import TRUST_RECORD, read_pins
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
-from ascend_images.matrix.model import load_matrix, select
+from ascend_images.matrix.model import load_matrix
+from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
 from tests.fixtures.fake_sglang_tag.make_archive import archive_bytes

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ascend_images.matrix.model import Variant, load_matrix, select
+from ascend_images.matrix.model import Variant, load_matrix
+from ascend_images.matrix.selection import select
 from tests.fixtures.matrices import matrix_copy
 
 ROOT = Path(__file__).resolve().parents[2]

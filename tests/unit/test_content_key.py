@@ -7,7 +7,7 @@ import re
 
 from ascend_images.builder.build import content_key
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
-from ascend_images.matrix.model import select
+from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
 

@@ -21,7 +21,8 @@ def test_diff_facts_names_every_difference_and_ignores_build_noise():
 def test_an_env_overlay_names_its_values_and_comes_back_as_its_variant():
     """An image built with --env carries the values in its labels, so its tests know what to expect."""
     from ascend_images.inputs.sources import CannSource
-    from ascend_images.matrix.model import load_matrix, select
+    from ascend_images.matrix.model import load_matrix
+    from ascend_images.matrix.selection import select
     from ascend_images.release.imagemeta import variant_from_labels
     from ascend_images.stages.kinds import stage_labels
     from ascend_images.stages.plan import PlanOptions, make_plan

@@ -18,7 +18,8 @@ from ascend_images.inputs.lockspec import check_lock, load_lock, lock_path, lock
 from ascend_images.inputs.pypi import IndexFile, has_wheel, target_file
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.inputs.sourcetree import SourcePackage, sdist_build_requirements, tree_requirements, without_held
-from ascend_images.matrix.model import all_variants, load_matrix
+from ascend_images.matrix.model import load_matrix
+from ascend_images.matrix.selection import all_variants
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
 from tests.unit.helpers import ROOT, variant

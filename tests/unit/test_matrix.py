@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from ascend_images.errors import MatrixError, SelectionError
-from ascend_images.matrix.model import all_variants, load_matrix, parse_env_overrides, select
+from ascend_images.matrix.model import load_matrix
+from ascend_images.matrix.selection import all_variants, parse_env_overrides, select
 from tests.fixtures.matrices import matrix_copy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ import urllib.error
 
 import pytest
 
-from ascend_images.matrix.model import select
+from ascend_images.matrix.selection import select
 from ascend_images.release.publish import PublishError, Target, group_variants
 from ascend_images.release.registry import Manifest, RegistryError, manifest_list, retry
 

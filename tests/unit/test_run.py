@@ -4,6 +4,7 @@ import stat
 import pytest
 import yaml
 
+from ascend_images.runtime.compose import compose_service
 from ascend_images.runtime.run import (
     Port,
     RunError,
@@ -11,7 +12,6 @@ from ascend_images.runtime.run import (
     Volume,
     check_host,
     check_spec,
-    compose_service,
     docker_kwargs,
     docker_run_line,
     parse_devices,
@@ -394,7 +394,7 @@ def test_awkward_values_round_trip_through_compose_and_k8s():
 
 def test_a_newline_in_an_env_value_is_refused():
     from ascend_images.errors import AscendImagesError
-    from ascend_images.matrix.model import parse_env_overrides
+    from ascend_images.matrix.selection import parse_env_overrides
 
     with pytest.raises(AscendImagesError, match=r"--env X: the value holds the control character"):
         parse_env_overrides(["X=one\ntwo"])

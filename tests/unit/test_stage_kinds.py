@@ -7,7 +7,7 @@ import pytest
 
 from ascend_images.checkout import IMAGES_DIR
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
-from ascend_images.matrix.model import select
+from ascend_images.matrix.selection import select
 from ascend_images.stages.kinds import KINDS, StageKind, register_kind, unregister_kind
 from ascend_images.stages.names import image_tag, list_tag
 from ascend_images.stages.plan import PlanOptions, make_plan

@@ -15,8 +15,9 @@ from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, e
 from ascend_images.console import note
 from ascend_images.errors import SelectionError
 from ascend_images.matrix.envs import effective_env
-from ascend_images.matrix.model import Variant, all_variants, load_matrix
+from ascend_images.matrix.model import Variant, load_matrix
 from ascend_images.matrix.rules import RULES, enforce, evaluate
+from ascend_images.matrix.selection import all_variants
 from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
 from ascend_images.stages.kinds import KINDS
 from ascend_images.stages.plan import INSTALLER_OS, BuildPlan, PlanOptions, host_arch, make_plan

@@ -23,8 +23,9 @@ from ascend_images.inputs.lockspec import (
     variant_layers,
 )
 from ascend_images.inputs.pins import pins_path, read_pins
-from ascend_images.matrix.model import Variant, all_variants, choices
+from ascend_images.matrix.model import Variant
 from ascend_images.matrix.rules import enforce
+from ascend_images.matrix.selection import all_variants, choices
 
 Out = Callable[[str], None]
 

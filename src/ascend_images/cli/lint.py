@@ -18,7 +18,8 @@ from ascend_images.cli.taskdef import MATRIX_HELP, exit_with, run_body, task
 from ascend_images.console import Steps, fmt_seconds
 from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.sources import CannSource, Sources
-from ascend_images.matrix.model import Matrix, Variant, all_variants
+from ascend_images.matrix.model import Matrix, Variant
+from ascend_images.matrix.selection import all_variants
 from ascend_images.stages.drift import drift
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer

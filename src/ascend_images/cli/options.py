@@ -21,7 +21,8 @@ from ascend_images.inputs.sources import (
     Sources,
     split_url,
 )
-from ascend_images.matrix.model import Matrix, Variant, control_character, load_matrix, parse_env_overrides, select
+from ascend_images.matrix.model import Matrix, Variant, load_matrix
+from ascend_images.matrix.selection import control_character, parse_env_overrides, select
 
 PathKind = Literal["file", "dir", "dir-to-make", "file-to-write"]
 

@@ -14,7 +14,8 @@ from ascend_images.cli.options import RunFlags, Selection, SourceFlags, whole_nu
 from ascend_images.cli.taskdef import SELECTION, exit_with, run_body, task
 from ascend_images.console import note
 from ascend_images.errors import SelectionError
-from ascend_images.matrix.model import Matrix, Variant, parse_env_overrides
+from ascend_images.matrix.model import Matrix, Variant
+from ascend_images.matrix.selection import parse_env_overrides
 from ascend_images.stages.kinds import overlay_suffix, top_kind
 from ascend_images.stages.names import TEST_DOUBLE_LABEL, image_tag, label, stage_tag
 from ascend_images.stages.plan import PlanOptions
@@ -72,6 +73,7 @@ def command_after_dashes(remainder: str) -> list[str]:
 def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, command: list[str],
               print_only: bool = False, namespace: str = DEFAULT_NAMESPACE) -> int:
     from ascend_images.builder.engine import connect, image_exists
+    from ascend_images.runtime.compose import compose_service
     from ascend_images.runtime.k8s import k8s_yaml
     from ascend_images.runtime.run import (
         RunError,
@@ -79,7 +81,6 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         check_host,
         check_spec,
         check_volumes,
-        compose_service,
         docker_run_line,
         parse_devices,
         parse_publish,

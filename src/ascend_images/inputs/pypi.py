@@ -46,6 +46,11 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def pinned_name(requirement: str) -> str:
+    """The package a `NAME[extras]==VERSION` pin is of, normalized."""
+    return normalize(requirement.partition("==")[0].partition("[")[0])
+
+
 class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()

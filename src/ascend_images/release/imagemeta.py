@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from ascend_images.errors import AscendImagesError
-from ascend_images.matrix.model import Matrix, Variant, select
+from ascend_images.matrix.model import Matrix, Variant
+from ascend_images.matrix.selection import select
 from ascend_images.stages.names import LABEL_PREFIX
 
 REQUIRED = ("release", "device", "backend", "os", "arch", "python")

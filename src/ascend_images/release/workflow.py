@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ascend_images.errors import AscendImagesError
 from ascend_images.inputs.lockspec import load_lock, variant_layers
-from ascend_images.matrix.model import Matrix, select
+from ascend_images.matrix.model import Matrix
+from ascend_images.matrix.selection import select
 
 
 def ci_matrix(matrix: Matrix, lists: bool = False) -> dict:

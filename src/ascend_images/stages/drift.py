@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ascend_images.inputs.pins import pinned_sha256, pins_path, read_pins
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
-from ascend_images.matrix.model import Matrix, Variant, load_matrix, select
+from ascend_images.matrix.model import Matrix, Variant, load_matrix
+from ascend_images.matrix.selection import select
 from ascend_images.stages.kinds import KINDS
 from ascend_images.stages.names import DEFAULT_NAMESPACE
 from ascend_images.stages.plan import PlanOptions, make_plan

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.sources import CannSource
-from ascend_images.matrix.model import Variant, select
+from ascend_images.matrix.model import Variant
+from ascend_images.matrix.selection import select
 from ascend_images.stages.kinds import KINDS, overlay_suffix, top_kind
 from ascend_images.stages.names import check_namespace, stage_tag
 from ascend_images.stages.stage import Stage
