@@ -64,6 +64,13 @@ VERL = {  # ref002 (3.环境变量与参数); verl multi-machine_task_startup_pr
     "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1", "HCCL_ASYNC_ERROR_HANDLING": "0", "RAY_DEDUP_LOGS": "0",
     "HYDRA_FULL_ERROR": "1", "TRANSFORMERS_VERBOSITY": "error", "VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE": "1",
 }
+# ref000 (Environment Variables Set by ROLL: what roll/platforms/npu.py gives its Ray workers); ROLL's
+# docker/Dockerfile.A3:12 at 8eb27cc2 (ENV HCCL_NPU_SOCKET_PORT_RANGE=auto)
+ROLL = {
+    "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+    "RAY_get_check_signal_interval_milliseconds": "1", "RAY_CGRAPH_get_timeout": "600",
+    "HCCL_NPU_SOCKET_PORT_RANGE": "auto",
+}
 EXPECTED = {
     f"torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
         "env": {**COMMON, **PRODUCTION, "ATB_CXX_ABI": "1", "ASCEND_IMAGES_HDK_FLOOR": "25.2.0",
@@ -137,6 +144,20 @@ EXPECTED = {
         "labels": {**CANN_910_A3, "io.ascend-images.stage": "framework", "io.ascend-images.backend": "vllm",
                    "io.ascend-images.vllm-ascend": "0.23.0", "io.ascend-images.framework": "verl",
                    "io.ascend-images.framework-version": "0.9.1", "io.ascend-images.allocator": "jemalloc",
+                   "io.ascend-images.test-double": "cann,off-pypi-wheels,framework-archives"},
+    },
+    # ROLL over vLLM-Ascend 0.23.0 on CANN 9.1.0 (ROLL's docker/Dockerfile.A3): vLLM's layer (ref000), then ROLL's
+    f"roll:0.3.0-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
+        "env": {**COMMON, **PRODUCTION, **ROLL, "TASK_QUEUE_ENABLE": "1", "VLLM_USE_V1": "1",
+                "VLLM_ASCEND_ENABLE_FLASHCOMM": "1", "VLLM_ASCEND_ENABLE_DENSE_OPTIMIZE": "1",
+                "VLLM_ASCEND_ENABLE_PREFETCH_MLP": "1", "LD_PRELOAD": JEMALLOC, "ATB_CXX_ABI": "1",
+                "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
+        # verl's and SGLang's, not ROLL's
+        "absent": ["SGLANG_DEEPEP_BF16_DISPATCH", "HCCL_HOST_SOCKET_PORT_RANGE", "VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE",
+                   "HYDRA_FULL_ERROR"],
+        "labels": {**CANN_910_A3, "io.ascend-images.stage": "framework", "io.ascend-images.backend": "vllm",
+                   "io.ascend-images.vllm-ascend": "0.23.0", "io.ascend-images.framework": "roll",
+                   "io.ascend-images.framework-version": "0.3.0", "io.ascend-images.allocator": "jemalloc",
                    "io.ascend-images.test-double": "cann,off-pypi-wheels,framework-archives"},
     },
 }

@@ -24,9 +24,10 @@ MODULES = {
              "megatron.core.distributed", "megatron.core.optimizer", "megatron.core.transformer",
              "megatron.core.models.gpt.gpt_model", "megatron.core.dist_checkpointing.mapping",
              "verl.workers.engine.megatron.transformer_impl", "transfer_queue", "mbridge"],
-    # ROLL: its NPU platform and the scheduler and cluster modules a training job starts from
+    # ROLL: its NPU platform and the scheduler and cluster modules a training job starts from, and the datasets
+    # its pin holds at 3.1.0 (over the backend's dill, fsspec and numpy: the pins its lock moves)
     "roll": ["roll.platforms", "roll.platforms.npu", "roll.distributed.scheduler.initialize",
-             "roll.distributed.executor.cluster"],
+             "roll.distributed.executor.cluster", "datasets"],
 }
 PROBE = """
 import importlib, json, sys, traceback
@@ -45,6 +46,9 @@ try:
     elif sys.argv[1] == "roll":
         from roll.platforms import current_platform
         out["platform"] = [type(current_platform).__name__, current_platform.device_type]
+        import datasets, numpy, ray, transformers
+        out["versions"] = {"ray": ray.__version__, "datasets": datasets.__version__, "numpy": numpy.__version__,
+                           "transformers": transformers.__version__}
 except BaseException:
     out["errors"]["probe"] = traceback.format_exc()[-2500:]
 print(json.dumps(out))
@@ -81,6 +85,11 @@ def test_framework_modules_import(framework_stack, variant):
     else:
         # ROLL picks its NPU platform as soon as torch_npu imports, device or not (roll/platforms/__init__.py)
         assert framework_stack["platform"] == ["NpuPlatform", "npu"]
+        # ROLL's pins as its image installs them, written out from its requirements_common.txt (lines 1, 2, 6) and
+        # docker/Dockerfile.A3:58 at 8eb27cc2: they win over vLLM-Ascend's where they differ
+        versions = framework_stack["versions"]
+        assert versions["ray"] == "2.48.0" and versions["datasets"] == "3.1.0"
+        assert versions["numpy"].startswith("1.") and versions["transformers"] == "4.57.6", versions
 
 
 def test_framework_archives_are_installed(host, variant):

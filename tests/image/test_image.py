@@ -203,7 +203,9 @@ def test_backend_has_no_cuda(host, variant):
     have = installed(host)
     # CUDA flavours: nvidia-* and cuda-* runtimes, flashinfer, xformers, and SGLang's CUDA kernels `sgl-kernel`
     # (its NPU kernels are `sgl-kernel-npu`, which an SGLang image must have)
-    cuda = sorted(n for n in have if n.startswith(("nvidia-", "cuda-", "flashinfer", "xformers")) or n == "sgl-kernel")
+    # (nvidia-ml-py is no CUDA: pure-Python NVML bindings through ctypes, which ROLL's swanlab imports via pynvml)
+    cuda = sorted(n for n in have if (n.startswith(("nvidia-", "cuda-", "flashinfer", "xformers", "cupy"))
+                  and n != "nvidia-ml-py") or n == "sgl-kernel")
     assert cuda == [], cuda
     if variant.backend == "sglang":
         assert "sgl-kernel-npu" in have

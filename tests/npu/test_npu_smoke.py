@@ -207,3 +207,84 @@ def test_verl_grpo_step(docker_client, npu_image):
     out = io.StringIO()
     code = run_container(docker_client, spec, out)
     assert code == 0 and "step:1" in out.getvalue(), out.getvalue()[-5000:]
+
+
+# --- ROLL (an image with io.ascend-images.framework=roll), from a checkout of ROLL's tree on the host ---------------
+#   ROLL_SOURCE=/src/ROLL   # alibaba/ROLL at v0.3.0 or main 8eb27cc2: its examples/ and data/ (mounted read-only, -v)
+# The configuration is built as ROLL's examples/start_rlvr_pipeline.py builds it (hydra compose of the YAML, then
+# dacite's from_dict into roll.pipeline.rlvr.rlvr_config.RLVRConfig), from its Ascend example
+# examples/ascend_examples/qwen3_8b_rlvr_fsdp2.yaml (FSDP2 training, vLLM rollouts, hf_infer reference).
+ROLL_CONFIG = """
+import json, os, sys, tempfile
+from dacite import from_dict
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+os.chdir(tempfile.mkdtemp())  # the config writes ./output/logs
+with initialize_config_dir(config_dir="/roll/examples/ascend_examples", version_base=None, job_name="app"):
+    cfg = compose(config_name="qwen3_8b_rlvr_fsdp2", overrides=sys.argv[1:])
+from roll.pipeline.rlvr.rlvr_config import RLVRConfig
+conf = from_dict(data_class=RLVRConfig, data=OmegaConf.to_container(cfg, resolve=True))
+print(json.dumps({"train": conf.actor_train.strategy_args.strategy_name,
+                  "infer": conf.actor_infer.strategy_args.strategy_name, "devices": conf.num_gpus_per_node}))
+if os.environ.get("ROLL_RUN") == "1":  # one RLVR step, as start_rlvr_pipeline.py runs it
+    from roll.distributed.scheduler.initialize import init
+    from roll.pipeline.rlvr.rlvr_pipeline import RLVRPipeline
+    init()
+    RLVRPipeline(pipeline_config=conf).run()
+    print("roll-step-done")
+"""
+
+
+def roll_source(docker_client, npu_image) -> Path:
+    if docker_client.images.get(npu_image).labels.get("io.ascend-images.framework") != "roll":
+        pytest.skip("not a ROLL image")
+    source = os.environ.get("ROLL_SOURCE")
+    if not source:
+        pytest.skip("set ROLL_SOURCE to a checkout of ROLL's tree (v0.3.0 or main 8eb27cc2)")
+    return Path(source).resolve()
+
+
+def run_roll(docker_client, npu_image, source: Path, overrides: list[str], env: dict, extra_volumes=()):
+    script = f"python3 -c {json.dumps(ROLL_CONFIG)} " + " ".join(json.dumps(o) for o in overrides)
+    spec = RunSpec(npu_image, ("bash", "-c", script), devices(), ipc_host=True,
+                   env={"ASCEND_PREFLIGHT": "strict", **env},
+                   volumes=(parse_volume(f"{source}:/roll:ro"), *extra_volumes))
+    check_host(spec)
+    out = io.StringIO()
+    return run_container(docker_client, spec, out), out.getvalue()
+
+
+def test_roll_builds_its_ascend_example_configuration(docker_client, npu_image):
+    """ROLL's own configuration code on the NPU platform: with devices visible, num_gpus_per_node is the YAML's."""
+    code, out = run_roll(docker_client, npu_image, roll_source(docker_client, npu_image), [], {})
+    assert code == 0, out[-5000:]
+    said = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    assert said == {"train": "fsdp2_train", "infer": "vllm", "devices": 16}, said
+
+
+def test_roll_rlvr_step(docker_client, npu_image):
+    """One RLVR step of the example on a tiny model: every role on the visible NPUs, two prompts of ROLL's math data,
+    two samples each, the math rule reward."""
+    source = roll_source(docker_client, npu_image)
+    model = os.environ.get("ASCEND_TEST_MODEL")
+    if not model:
+        pytest.skip("set ASCEND_TEST_MODEL to a small model directory")
+    host_dir = Path(model).resolve()
+    model_dir = f"/models/{host_dir.name}"
+    n = len(devices())
+    on_all = f"list(range(0,{n}))"
+    overrides = [
+        f"pretrain={model_dir}", f"reward_pretrain={model_dir}", "max_steps=1", "save_steps=1000", "eval_steps=1000",
+        "~validation", "rollout_batch_size=2", "num_return_sequences_in_group=2", "prompt_length=128",
+        "response_length=32", f"num_gpus_per_node={n}", f"actor_train.device_mapping={on_all}",
+        f"actor_infer.device_mapping={on_all}", f"reference.device_mapping={on_all}",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        f"actor_train.strategy_args.strategy_config.fsdp_size={n}",
+        "actor_train.data_args.file_name=[/roll/data/math_deepmath_deal.jsonl]",
+        "actor_infer.strategy_args.strategy_config.max_model_len=512",
+        "actor_infer.strategy_args.strategy_config.gpu_memory_utilization=0.4", "rewards.math_rule.world_size=1",
+    ]
+    code, out = run_roll(docker_client, npu_image, source, overrides, {"ROLL_RUN": "1"},
+                         (parse_volume(f"{host_dir}:{model_dir}:ro"),))
+    assert code == 0 and "roll-step-done" in out, out[-5000:]

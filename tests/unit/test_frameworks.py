@@ -15,7 +15,8 @@ from ascend_images.errors import SelectionError
 from ascend_images.inputs.lockfile import LockError, parse_lock_text
 from ascend_images.inputs.lockspec import check_lock, load_lock, lock_path, lock_spec, locks_dir
 from ascend_images.matrix.envs import effective_env
-from ascend_images.matrix.model import load_matrix, select
+from ascend_images.matrix.model import load_matrix
+from ascend_images.matrix.selection import select
 from ascend_images.stages.names import image_tag
 from tests.unit.helpers import ROOT
 
@@ -43,12 +44,47 @@ def test_verl_defaults_to_the_stacks_its_guide_documents(matrix):
     assert plain.framework == "none" and plain.backend_pins.sglang == "0.5.17"
 
 
+def test_roll_defaults_to_the_stack_its_image_builds(matrix):
+    """ROLL's docker/Dockerfile.A3 (8eb27cc2): CANN 9.1.0, vLLM 0.23.0 and vLLM-Ascend 0.23.0 with torch_npu
+    2.10.0.post4."""
+    (v,) = select(matrix, device="a3", backend="vllm", framework="roll")
+    assert (v.release.cann, v.backend_pins.vllm, v.backend_pins.vllm_ascend, v.torch_npu) == \
+        ("9.1.0", "0.23.0", "0.23.0", "2.10.0.post4")
+    assert image_tag(v) == "ascend-images/roll:0.3.0-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-arm64"
+
+
+# What ROLL's image moves of the vLLM-Ascend set, written out from its requirements_common.txt (numpy<2.0a0,
+# datasets==3.1.0 and what datasets 3.1.0 requires: dill<0.3.9, fsspec<=2024.9.0) and Dockerfile.A3:58
+# (transformers==4.57.6, which requires huggingface-hub<1.0), against the backend's versions in its lock
+ROLL_MOVES = {"numpy": ("2.3.5", "1."), "dill": ("0.4.1", "0.3.8"), "fsspec": ("2026.9.0", "2024.9.0"),
+              "transformers": ("5.5.4", "4.57.6"), "huggingface-hub": ("1.33.0", "0.")}
+
+
+def test_roll_lock_names_each_backend_pin_it_moves_with_its_source(matrix):
+    (v,) = select(matrix, device="a3", backend="vllm", framework="roll", arch="aarch64")
+    lock = load_lock(v, "framework")
+    moved = {line.split()[2]: line.split()[3:6] for line in lock.text.splitlines() if line.startswith("# moved: ")}
+    for name, (old, new) in ROLL_MOVES.items():
+        assert name in moved, f"{name} moves and the header does not say so: {sorted(moved)}"
+        assert moved[name][0] == old and moved[name][1] == "->" and moved[name][2].startswith(new), moved[name]
+    sources = [line for line in lock.text.splitlines() if line.startswith("# moved: ")]
+    assert all("ROLL" in line or "PyPI" in line for line in sources), sources
+    # every pin the lock holds at another version than the backend's is named: nothing moves unsaid
+    backend = load_lock(v, "backend")
+    unsaid = sorted(n for n, ver in lock.pins.items()
+                    if n in backend.pins and backend.pins[n] != ver and n not in moved)
+    assert unsaid == []
+    # the loggers ROLL leaves unpinned get a version, and the line says how it was chosen
+    (unpinned,) = [line for line in lock.text.splitlines() if line.startswith("# unpinned-upstream: ")]
+    assert all(f" {name}==" in unpinned for name in ("swanlab", "wandb", "trackio"))
+    assert "cupy-cuda12x" not in lock.pins and "ray" in lock.pins  # ray[cgraph]'s CUDA part left out
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["--backend", "none", "--framework", "verl"],
      ["--framework verl with --backend none: not supported", "cann9.1.0-pt2.10.0/vllm", "cann8.5.0-pt2.8.0/sglang"]),
     (["--backend", "sglang", "--framework", "roll"],
      ["--framework roll with --backend sglang: not supported", "vLLM-Ascend only"]),
-    (["--backend", "vllm", "--framework", "roll"], ["is blocked", "datasets==3.1.0", "dill"]),
     (["--backend", "sglang", "--framework", "verl", "--release", "cann9.0.0-sglang0.5.17"],
      ["release 'cann9.0.0-sglang0.5.17' pins no verl version", "cann8.5.0-pt2.8.0/sglang"]),
     (["--backend", "vllm", "--framework", "verll"], ["unknown framework 'verll'", "did you mean 'verl'", "roll"]),

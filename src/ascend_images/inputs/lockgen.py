@@ -41,6 +41,7 @@ from ascend_images.inputs.pypi import (
     has_wheel,
     index_files,
     normalize,
+    pinned_name,
     target_file,
 )
 from ascend_images.inputs.sourcetree import (
@@ -55,6 +56,9 @@ from ascend_images.tools import which
 Out = Callable[[str], None]
 # Packages that only make sense with CUDA: a lock holding one would put CUDA in an NPU image.
 CUDA_PREFIXES = ("nvidia-", "cuda-", "cupy", "flashinfer", "xformers", "sgl-kernel")
+# ...but not these: pure-Python NVML bindings (ctypes, no library of their own) that loggers import to read GPU
+# stats and that do nothing until asked (swanlab, via pynvml, in ROLL's list)
+NOT_CUDA = ("nvidia-ml-py",)
 MAX_ROUNDS = 5
 
 
@@ -178,7 +182,7 @@ class LockMaker:
     def _resolve(self, spec: LockSpec, lines: list[str], work: Path, held_out: list[str],
                  previous: Lock | None) -> dict[str, str]:
         (work / "requirements.in").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        overridden = {normalize(o.partition("==")[0]) for o in spec.overrides}
+        overridden = {pinned_name(o) for o in spec.overrides}
         below = spec.over.pins if spec.over is not None else {}
         (work / "constraints.txt").write_text("".join(f"{n}=={v}\n" for n, v in below.items()
                                                       if n not in held_out and n not in overridden), encoding="utf-8")
@@ -336,7 +340,7 @@ class LockMaker:
             annotations = {normalize(line.split("==", 1)[0]): line.split("#", 1)[1].strip()
                            for line in (work / "resolved.txt").read_text(encoding="utf-8").splitlines()
                            if "==" in line and "#" in line}
-        cuda = sorted(n for n in added if n.startswith(CUDA_PREFIXES))
+        cuda = sorted(n for n in added if n.startswith(CUDA_PREFIXES) and n not in NOT_CUDA)
         if cuda:
             raise LockError(f"{spec.name}: the resolution pulls CUDA packages ({', '.join(cuda)}); an NPU image must "
                             "not carry them")
@@ -346,7 +350,7 @@ class LockMaker:
                  for f in off_pypi]
         body += [pin_line(n, v, self.target_file(spec, n, v, False).sha256, "installed --no-deps, as upstream does "
                           "(matrix.yaml frameworks)") for n, v in sorted(no_deps.items())]
-        header = self.header(spec, header, build, from_source, relaxed, off_pypi, held_out)
+        header = self.header(spec, header, build, from_source, relaxed, off_pypi, held_out) + moves(spec, added)
         return write_lock(spec, root, "\n".join(header) + "\n" + "\n".join(body) + "\n")
 
     def header(self, spec: LockSpec, source_lines: list[str], build: list[str], from_source: list[str],
@@ -389,6 +393,24 @@ class LockMaker:
         if spec.archives:
             header.append("# archives: " + ", ".join(f"{a.name}=={a.version} {a.file} {a.url}" for a in spec.archives))
         return header
+
+
+def moves(spec: LockSpec, pins: Mapping[str, str]) -> list[str]:
+    """The header lines of a lock made over another that say what it moves there (old -> new, and matrix.yaml's
+    source), and, for a framework, the version chosen for each requirement its upstream list leaves unpinned."""
+    below = spec.over.pins if spec.over is not None else {}
+    lines = []
+    for requirement, source in zip(spec.overrides, spec.override_sources, strict=False):
+        name = pinned_name(requirement)
+        if below.get(name) not in (None, pins.get(name)) and name in pins:
+            lines.append(f"# moved: {name} {below[name]} -> {pins[name]} ({' '.join(source.split())})")
+    unpinned = sorted({pinned_name(Requirement(r).name) for listed in spec.listed for r in listed.requirements
+                       if not any(op in r for op in ("==", "<", ">", "~=", "!="))})
+    if unpinned:
+        chosen = " ".join(f"{n}=={pins.get(n, below.get(n))}" for n in unpinned)
+        lines.append(f"# unpinned-upstream: {chosen} (the list names no version: each is the newest that agrees with "
+                     "every other pin here and below, as the resolver takes it)")
+    return lines
 
 
 def write_lock(spec: LockSpec, root: Path, text: str) -> Path:

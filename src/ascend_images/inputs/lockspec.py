@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ascend_images.inputs.lockfile import GLIBC_FLOOR, LOCK_FORMAT, Lock, LockError, parse_lock
-from ascend_images.inputs.pypi import normalize
+from ascend_images.inputs.pypi import normalize, pinned_name
 from ascend_images.inputs.sourcetree import SourcePackage
 from ascend_images.inputs.upstream import FrameworkRequirements, read_framework_requirements, read_listed_requirements
 from ascend_images.matrix.model import Matrix, Variant
@@ -49,6 +49,7 @@ class LockSpec:
     version: str = ""  # the framework's
     over: Lock | None = None  # the lock below, its pins held as constraints
     overrides: tuple[str, ...] = ()  # NAME==VERSION that win over every other requirement on NAME (uv --override)
+    override_sources: tuple[str, ...] = ()  # each override's source (matrix.yaml), for the lock's `moved` lines
     torch_index_url: str = ""
     # package -> the vendor index holding versions PyPI lacks: where, not what (the lock's `off-pypi` names the file)
     package_indexes: tuple[tuple[str, str], ...] = ()
@@ -185,6 +186,7 @@ def _backend_spec(v: Variant, held: tuple[str, ...], common: dict) -> LockSpec:
     return LockSpec("backend", v.release_name, v.backend, requirements=(*held, *wanted, *v.cann_python_deps),
                     source=source, torch_index_url=v.arch_spec.torch_index_url,
                     overrides=tuple(o.requirement for o in pins.overrides),
+                    override_sources=tuple(o.source for o in pins.overrides),
                     from_sdist=tuple(pins.from_sdist[v.arch]) if v.arch in pins.from_sdist else None,
                     package_indexes=indexes, no_deps=no_deps, **common)
 
@@ -196,7 +198,8 @@ def _framework_spec(v: Variant, common: dict) -> LockSpec:
     listed = tuple(read_framework_requirements(v.matrix.path.parent, r) for r in pins.requirements)
     return LockSpec("framework", v.release_name, v.backend, framework=v.framework, version=pins.version,
                     requirements=tuple(pins.packages), listed=listed, installed_no_deps=tuple(pins.no_deps),
-                    overrides=tuple(o.requirement for o in pins.overrides), archives=tuple(pins.archives), **common)
+                    overrides=tuple(o.requirement for o in pins.overrides),
+                    override_sources=tuple(o.source for o in pins.overrides), archives=tuple(pins.archives), **common)
 
 
 def not_locked(v: Variant, layer: str) -> str:
@@ -249,10 +252,10 @@ def check_lock(spec: LockSpec, lock: Lock) -> None:
         name, sep, version = requirement.partition("==")
         if not sep:
             continue
-        got = lock.pins.get(normalize(name), below.get(normalize(name)))
+        got = lock.pins.get(pinned_name(requirement), below.get(pinned_name(requirement)))
         if not satisfies(got, version):
             raise LockError(f"{lock.path}: pins {name}=={got}, {says} {version}; regenerate it: {spec.command}")
-    moved_ok = {normalize(o.partition("==")[0]) for o in spec.overrides}
+    moved_ok = {pinned_name(o) for o in spec.overrides}
     for name, version in lock.pins.items():
         if below.get(name) not in (None, version) and name not in moved_ok:
             raise LockError(f"{lock.path}: pins {name}=={version} over the {OVER[spec.layer]} lock's "
