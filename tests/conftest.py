@@ -3,6 +3,7 @@ missing engine is a failure."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -41,9 +42,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    """A skip outside tests/npu under CI=true fails the run, whatever else passed (the summary names each)."""
+    """A skip outside tests/npu under CI=true fails the run, whatever else passed (the summary names each); and each
+    process writes what the CI images cost it (`invoke ci-costs` adds them up for README's table)."""
     if _forbidden_skips(session.config):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if CI_COSTS["builds"] or CI_COSTS["checks"]:
+        path = ROOT / "build" / "test" / (os.environ.get("PYTEST_XDIST_WORKER") or "main") / "ci-costs.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(CI_COSTS, indent=1) + "\n")
+
+
+# What each CI image costs a run: the stages built for it (seconds, by the process that built them), and the time of
+# its checks (each xdist group's test durations, as the controller receives them: `...@image:<tag>`)
+CI_COSTS: dict = {"builds": [], "checks": {}}
+
+
+def pytest_runtest_logreport(report):
+    group = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else ""
+    if group and not os.environ.get("PYTEST_XDIST_WORKER"):
+        CI_COSTS["checks"][group] = round(CI_COSTS["checks"].get(group, 0.0) + report.duration, 2)
+
+
+def record_ci_build(index: int, plan, results) -> None:
+    CI_COSTS["builds"].append({"selection": index, "images": sorted(top.tag for top in plan.tops.values()),
+                               "stages": [{"tag": r.tag, "kind": r.kind, "status": r.status,
+                                           "seconds": round(r.seconds, 1)} for r in results]})
 
 
 @pytest.fixture(autouse=True)
@@ -100,6 +123,9 @@ CI_SELECTIONS = [
     # triton-ascend 3.2.2 --no-deps from the fake vendor wheel), and the framework kind over it: verl
     {"device": "a3", "backend": "vllm", "release": "cann9.1.0-pt2.10.0"},
     {"device": "a3", "backend": "vllm", "framework": "verl"},
+    # ROLL over the same vLLM-Ascend image, with its own pins moving the backend's (numpy 1.x, datasets 3.1.0,
+    # transformers 4.57.6): a framework stage only, its own imports checked
+    {"device": "a3", "backend": "vllm", "framework": "roll"},
 ]
 SGLANG_TAG = "0.5.17"  # the tag archive CI's SGLang image is built from (fake_sglang_tag)
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
@@ -269,8 +295,12 @@ def ci_builds(docker_client, os_image, fake_cann_dir, fake_artifacts_dir, build_
     checks of the images built so far (a worker's image group builds just its own image, which this worker has built
     or is building: it waits on that stage's claim, then reuses it)."""
     out = live_output(pytestconfig)
-    return [build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=out,
-                               artifacts_dir=fake_artifacts_dir, jobs=1) for selection in CI_SELECTIONS]
+    built = []
+    for index, selection in enumerate(CI_SELECTIONS):
+        built.append(build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=out,
+                                        artifacts_dir=fake_artifacts_dir, jobs=1))
+        record_ci_build(index, *built[-1])
+    return built
 
 
 @pytest.fixture(scope="session")
@@ -284,6 +314,7 @@ def ci_image_builder(docker_client, os_image, fake_cann_dir, fake_artifacts_dir,
         if index not in done:
             done[index] = build_ci_selection(CI_SELECTIONS[index], fake_cann_dir, build_secrets, work_dir, out=out,
                                              artifacts_dir=fake_artifacts_dir, jobs=1)
+            record_ci_build(index, *done[index])
         return done[index]
 
     return build
@@ -348,7 +379,8 @@ def x86_matrix(tmp_path_factory, wheelhouse) -> Path:
     locks: the committed base locks, and the torch layer's made here (`invoke lock`'s own code) from the wheelhouse."""
     from ascend_images.inputs.lockgen import LockMaker
     from ascend_images.inputs.lockspec import lock_spec, locks_dir
-    from ascend_images.matrix.model import load_matrix, select
+    from ascend_images.matrix.model import load_matrix
+    from ascend_images.matrix.selection import select
     from tests.fixtures.matrices import matrix_copy
 
     def with_wheelhouse_release(data: dict) -> None:

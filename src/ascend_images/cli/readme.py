@@ -71,8 +71,14 @@ def flags(matrix: Matrix, root: Path) -> str:
     return "\n".join(lines)
 
 
+def ci_costs(matrix: Matrix, root: Path) -> str:
+    from ascend_images.cli.cicosts import costs_table
+
+    return costs_table(root)
+
+
 SECTIONS: dict[str, Callable[[Matrix, Path], str]] = {"releases": releases, "locks": locks, "rendered": rendered,
-                                                      "flags": flags}
+                                                      "flags": flags, "ci-costs": ci_costs}
 
 
 def regenerate(text: str, matrix: Matrix, root: Path) -> str:
