@@ -49,6 +49,13 @@ def test_python_is_the_variants(host, variant):
     assert host.check_output("python -c 'import sys; print(sys.prefix)'") == "/usr/local/python"
 
 
+def test_python_headers_where_builds_look_for_them(host):
+    """triton(-ascend) compiles its kernel launchers against Python.h when a kernel first runs, and torch's C++
+    extensions build against it: both ask sysconfig for the include directory."""
+    code = "import os, sysconfig; print(os.path.isfile(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"
+    assert host.check_output(f'python -c "{code}"') == "True"
+
+
 def test_pip_check(host, image_locks):
     """Consistent, but for exactly what the locks explain: a conflict where the installed package is an overridden one
     at the overridden version (matrix.yaml says why), and what a package a lock installs --no-deps (its `off-pypi` or

@@ -71,7 +71,6 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
         "layers": list(pk.layers), "locks": [lock.path.name for lock in pk.locks.values()],
         "install": len(pk.install), "replaces": list(pk.replaces), "below_unknown": pk.below_unknown,
         "builds": [*locked_builds, *(builds or [])], "build_requirements": bool(pk.build_requirements),
-        "headers": bool(locked_builds),  # a locked sdist may compile C: the Python headers
         "target_build": target_build,  # a build of the kind's own in the same stage (sgl-kernel-npu's build.sh)
         "fetched": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in fetched_wheels],
         "zips": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in zips],

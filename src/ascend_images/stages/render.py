@@ -92,8 +92,11 @@ class Renderer:
             "os": {"family": os_spec.family, "python_bin": os_spec.python_bin,
                    "python_packages": list(os_spec.python_packages),
                    "python_dev_packages": list(os_spec.python_dev_packages),
+                   # the Python headers too: triton(-ascend) compiles its kernel launchers against Python.h when a
+                   # kernel first runs, torch's C++ extensions build against them, and so do the sdists a stage builds
                    "packages": list(os_spec.base_packages)
-                   + (list(os_spec.python_packages) if v.python == "system" else [])},
+                   + (list(os_spec.python_packages) + list(os_spec.python_dev_packages) if v.python == "system"
+                      else [])},
             "python": {"flavour": v.python, "version": v.python_version},
             "device": {"name": v.device, "opp_kernel_dir": v.device_spec.opp_kernel_dir,
                        "soc_version": v.device_spec.soc_version, "chip": v.device_spec.chip},
