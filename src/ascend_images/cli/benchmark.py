@@ -85,7 +85,7 @@ def bench_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
                  "arch": sel.arch, "python": sel.python, "profile": sel.profile,
                  "env": parse_env_overrides(sel.env), "allocator": sel.allocator}
     settings = BuildSettings(flags.sources(matrix), input_flags.inputs(flags.index_credentials()), work_dir,
-                             revision=revision())
+                             revision=revision(), wheel_store=flags.store_root())
     setup = BenchSetup(client, settings, Path(sel.matrix_path), selection,
                        base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out,
                        stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,

@@ -265,7 +265,8 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     for stage in plan.stages:
         out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
     settings = BuildSettings(sources, inputs, work_dir, force=force, revision=revision(), jobs=jobs,
-                             stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only)
+                             stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only,
+                             wheel_store=flags.store_root())
     builder = Builder(client, settings, out=out)
     results = builder.build(plan)
     for v in variants:
