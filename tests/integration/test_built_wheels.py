@@ -26,13 +26,14 @@ from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 BACKEND = '''
-import base64, hashlib, io, sys, zipfile
+import base64, hashlib, io, zipfile
 def _record(name, data):
     return f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
 def get_requires_for_build_wheel(config_settings=None):
     return []
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    print("PROBE BACKEND COMPILED A WHEEL", file=sys.stderr)
+    with open("/tmp/probe-backend-ran", "w") as ran:  # pip shows a backend's output only when it fails
+        ran.write("PROBE BACKEND COMPILED A WHEEL\\n")
     files = {"probe_pkg/__init__.py": b"", "probe_pkg-1.0.dist-info/METADATA":
              b"Metadata-Version: 2.1\\nName: probe-pkg\\nVersion: 1.0\\n",
              "probe_pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
@@ -87,7 +88,7 @@ def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_bu
     (store / sha256 / "probe-pkg-1.0.tar.gz").write_bytes(sdist)
     cache = tmp_path / "built-wheels"
     line, key = compile_once_line(sha256)
-    script = f"set -e\n{line}\nls /wheels\n"
+    script = f"set -e\n{line}\ncat /tmp/probe-backend-ran 2>/dev/null || true\nls /wheels\n"
     outputs = []
     with BuildServer(BuildInputs(), port=0, built_wheels=cache, wheel_store=store) as server:
         for _ in range(2):  # two builds: fresh containers, the host's cache between them

@@ -49,7 +49,9 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
     from tests.fixtures.matrices import matrix_copy
     from tests.image.conftest import ci_image_tags
 
-    (source,) = [t for t in ci_image_tags() if "torch-npu:2.10.0.post4-cann9.1.0-a3" in t]
+    arch = "arm64" if TEST_ARCH == "aarch64" else "amd64"  # the production one: not -debug, not -tcmalloc-env...
+    wanted = f"torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{arch}"
+    (source,) = [t for t in ci_image_tags() if t.endswith(wanted)]
     namespace = "ascend-images-unpinned"
     tag = source.replace(TEST_NAMESPACE, namespace, 1)
     # as this checkout would build it from real packages: no test-double label, and this checkout's commit

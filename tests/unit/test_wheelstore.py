@@ -112,3 +112,30 @@ def test_a_download_that_does_not_match_its_pin_stops_naming_the_file_and_both_h
 def test_a_lock_line_names_the_stored_file():
     (stored,) = stored_files([f"alpha==1.0 --hash=sha256:{'a' * 64}  # via beta"])
     assert (stored.name, stored.version, stored.sha256) == ("alpha", "1.0", "a" * 64)
+
+
+def test_an_index_that_lists_no_hashes_is_used_by_fetching_the_pinned_version_until_one_file_hashes_to_the_pin(
+        tmp_path):
+    """PEP 503 makes the #sha256 fragment optional (a company's Nexus may leave it out): the files of the pinned
+    version are fetched, the one with the pinned hash is stored, the others are deleted; another version is never
+    fetched, and a version with no file of that hash is refused naming the index."""
+    server = Server()
+    files = {"delta-1.0-cp311-cp311-manylinux_2_28_x86_64.whl": b"delta x86", "delta-1.0-py3-none-any.whl":
+             b"delta pure", "delta-1.1-py3-none-any.whl": b"delta newer"}
+    for file, data in files.items():
+        server.files[f"/files/{file}"] = data
+    server.files["/simple/delta/"] = "".join(f'<a href="/files/{f}">{f}</a>' for f in files).encode()
+    try:
+        wanted = StoredFile("delta", "1.0", sha(b"delta pure"))
+        store = store_at(tmp_path, server)
+        (path,) = store.ensure([wanted])
+        assert path.read_bytes() == b"delta pure"
+        assert sorted(downloads(server)) == ["/files/delta-1.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                                             "/files/delta-1.0-py3-none-any.whl"]
+        assert store.downloaded == ["delta-1.0-py3-none-any.whl"]
+        assert [p.name for p in (tmp_path / "store").rglob("*") if p.is_file()] == ["delta-1.0-py3-none-any.whl"]
+        with pytest.raises(SelectionError) as caught:
+            store.ensure([StoredFile("delta", "1.0", "0" * 64)])
+        assert "has no file of delta with that sha256" in str(caught.value)
+    finally:
+        server.stop()

@@ -125,7 +125,7 @@ def index_files(index_url: str, project: str, timeout: float = 60) -> list[Index
     return files
 
 
-def _version_files(files: list[IndexFile], project: str, version: str) -> list[IndexFile]:
+def version_files(files: list[IndexFile], project: str, version: str) -> list[IndexFile]:
     stem = f"{normalize(project).replace('-', '_')}-{version}".lower()
     stem_dash = f"{normalize(project)}-{version}".lower()
     out = []
@@ -139,7 +139,7 @@ def _version_files(files: list[IndexFile], project: str, version: str) -> list[I
 
 
 def find_sdist(files: list[IndexFile], project: str, version: str) -> IndexFile:
-    sdists = [f for f in _version_files(files, project, version) if f.file.endswith((".tar.gz", ".zip"))]
+    sdists = [f for f in version_files(files, project, version) if f.file.endswith((".tar.gz", ".zip"))]
     if not sdists:
         raise PackageIndexError(f"{project} {version}: the index has no source distribution")
     found = sdists[0]
@@ -150,7 +150,7 @@ def find_sdist(files: list[IndexFile], project: str, version: str) -> IndexFile:
 
 def find_wheel(files: list[IndexFile], project: str, version: str, arch: str, python_tag: str) -> IndexFile | None:
     """A wheel pip can install for CPython `python_tag` (cp311) on Linux `arch`, if the index has one."""
-    for f in _version_files(files, project, version):
+    for f in version_files(files, project, version):
         if not f.file.endswith(".whl"):
             continue
         _, _, pytags, abi, plat = f.file[:-4].rsplit("-", 4)
@@ -184,7 +184,7 @@ def target_file(files: list[IndexFile], project: str, version: str, arch: str, p
 
     rank = {tag: i for i, tag in enumerate(target_tags(arch, python_tag))}
     best: tuple[int, IndexFile] | None = None
-    for f in _version_files(files, project, version):
+    for f in version_files(files, project, version):
         if not f.file.endswith(".whl"):
             continue
         try:

@@ -16,7 +16,15 @@ from pathlib import Path
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.download import sha256_file, without_credentials
-from ascend_images.inputs.pypi import PYPI_SIMPLE, IndexFile, PackageIndexError, download, index_files, normalize
+from ascend_images.inputs.pypi import (
+    PYPI_SIMPLE,
+    IndexFile,
+    PackageIndexError,
+    download,
+    index_files,
+    normalize,
+    version_files,
+)
 
 Out = Callable[[str], None]
 
@@ -87,6 +95,17 @@ class WheelStore:
         tmp.replace(target)
         return target
 
+    def _download(self, item: IndexFile, sha256: str) -> Path:
+        staging = self.root / ".downloads"
+        staging.mkdir(parents=True, exist_ok=True)
+        got = download(item, staging)
+        try:
+            path = self._put(got, sha256)
+        finally:
+            got.unlink(missing_ok=True)
+        self.downloaded.append(item.file)
+        return path
+
     def _from_index(self, wanted: StoredFile, extra: Iterable[str] = ()) -> Path:
         last = ""
         indexes = list(dict.fromkeys([*self.index_urls, *extra]))
@@ -97,16 +116,16 @@ class WheelStore:
                 last = str(exc)
                 continue
             item = next((f for f in files if f.sha256 == wanted.sha256), None)
-            if item is None:
-                last = f"{without_credentials(index)[0]} has no file of {wanted.name} with that sha256"
-                continue
-            staging = self.root / ".downloads"
-            staging.mkdir(parents=True, exist_ok=True)
-            got = download(IndexFile(item.file, item.url, item.sha256), staging)
-            self.downloaded.append(item.file)
-            path = self._put(got, wanted.sha256)
-            got.unlink(missing_ok=True)
-            return path
+            if item is not None:
+                return self._download(item, wanted.sha256)
+            # PEP 503 makes the hash optional and a company's Nexus may leave it out: then the files of the pinned
+            # version are fetched one by one until one hashes to the pin (the others are deleted, never stored)
+            for unhashed in (f for f in version_files(files, wanted.name, wanted.version) if not f.sha256):
+                try:
+                    return self._download(unhashed, wanted.sha256)
+                except SelectionError:
+                    continue
+            last = f"{without_credentials(index)[0]} has no file of {wanted.name} with that sha256"
         shown = ", ".join(without_credentials(u)[0] for u in indexes)
         raise SelectionError(f"{wanted}: not found on {shown} ({last})")
 
