@@ -32,9 +32,11 @@ Out = Callable[[str], None]
             "stage_cache_read_only": "with --stage-cache: the cold build pushes nothing; the fleet build pulls what "
                                      "the cache already holds",
             "fleet_engine": "DOCKER_HOST of an existing, empty engine for the fleet build (default: a scratch "
-                            "dockerd started and removed here, which needs root)"})
+                            "dockerd started and removed here, which needs root)",
+            "only": "these phases only, comma-separated: cold, fleet, alone, noop, incremental, sizes, startup, "
+                    "install (default: all; fleet, alone and noop need cold)"})
 def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=None, json=None, runs="7", quick=False,
-          stage_cache=None, stage_cache_read_only=False, fleet_engine=None):
+          stage_cache=None, stage_cache_read_only=False, fleet_engine=None, only=None):
     """Measure cold, fleet (with --stage-cache), shared, no-op and incremental builds, sizes, dive efficiency and
     start-up cost."""
     run_body(bench_selection, sel, sources, inputs, print,
@@ -42,7 +44,8 @@ def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=Non
              work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
              runs=run_body(whole_number, "--runs", runs, 1), measure_alone=not quick,
              stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
-             stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine)
+             stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,
+             phases=run_body(bench_phases, only))
 
 
 def bench_phases(only: str | None) -> tuple[str, ...]:
