@@ -59,3 +59,16 @@ def test_no_records_is_said_and_a_wrong_run_refused(tmp_path):
     result = subprocess.run([sys.executable, "-m", "invoke", "ci-costs", "--run", "tepid", "--seconds", "10",
                              "--results", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--run 'tepid': expected one of cold, warm" in result.stderr
+
+
+def test_a_run_is_recorded_with_the_commit_of_the_checkout_that_ran_it(tmp_path):
+    """CI's run is a fresh clone: its results are recorded here with the clone's commit, not this checkout's."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the run's commit"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    write_records(clone / "build" / "test")
+    record("warm", 700, clone / "build" / "test", tmp_path / "ci-costs.json", lambda line: None)
+    assert json.loads((tmp_path / "ci-costs.json").read_text())["warm"]["commit"] == head
