@@ -79,7 +79,8 @@ def checked_run(run: str) -> str:
 def record(run: str, wall: int, results: Path, path: Path, out: Out) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     # the commit that ran: the checkout the results are in (another clone's, when CI's run is recorded here)
-    data[run] = {"commit": revision(results) or revision(), "date": dt.date.today().isoformat(), "wall_s": wall, **add_up(results)}
+    data[run] = {"commit": revision(results) or revision(), "date": dt.date.today().isoformat(), "wall_s": wall,
+                 **add_up(results)}
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
