@@ -10,7 +10,6 @@ cached.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +18,16 @@ from typing import TextIO
 from ascend_images.console import Steps, note
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.artifacts import Wanted, variant_wanted
-from ascend_images.inputs.download import DownloadError, Policy, Request, _size, commit, fetch_file, sha256_file
+from ascend_images.inputs.download import (
+    DownloadError,
+    Policy,
+    Request,
+    _size,
+    commit,
+    fetch_file,
+    host_cache,
+    sha256_file,
+)
 from ascend_images.inputs.pins import Pin, add_pins, adopt_cached_trust, pins_path, read_pins, trust_record_path
 from ascend_images.inputs.pypi import PackageIndexError, find_wheel, index_files
 from ascend_images.inputs.sources import local_wheel
@@ -30,13 +38,11 @@ Out = Callable[[str], None]
 
 def default_built_wheels() -> Path:
     """Where wheels compiled from locked sdists are kept between builds (the build server's /built-wheels/)."""
-    override = os.environ.get("ASCEND_IMAGES_BUILT_WHEELS")
-    return Path(override) if override else Path.home() / ".cache" / "ascend-images" / "built-wheels"
+    return host_cache("built-wheels", "ASCEND_IMAGES_BUILT_WHEELS")
 
 
 def default_cache() -> Path:
-    override = os.environ.get("ASCEND_IMAGES_CACHE")
-    return Path(override) if override else Path.home() / ".cache" / "ascend-images" / "downloads"
+    return host_cache("downloads", "ASCEND_IMAGES_CACHE")
 
 
 @dataclass

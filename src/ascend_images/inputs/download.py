@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import os
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +33,13 @@ class Request:
     file: str
     sha256: str | None = None  # None: not known; the caller decides what to trust
     headers: dict[str, str] = field(default_factory=dict)
+
+
+def host_cache(name: str, override_env: str | None = None) -> Path:
+    """One of this host's caches of ours: $`override_env` when set, else ~/.cache/ascend-images/`name` (downloads,
+    the wheel store, built wheels, the tests' records)."""
+    override = os.environ.get(override_env) if override_env else None
+    return Path(override) if override else Path.home() / ".cache" / "ascend-images" / name
 
 
 def without_credentials(url: str) -> tuple[str, dict[str, str]]:

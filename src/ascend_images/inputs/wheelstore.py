@@ -8,14 +8,13 @@ builds from it with --offline."""
 from __future__ import annotations
 
 import html
-import os
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ascend_images.errors import SelectionError
-from ascend_images.inputs.download import sha256_file, without_credentials
+from ascend_images.inputs.download import host_cache, sha256_file, without_credentials
 from ascend_images.inputs.pypi import (
     PYPI_SIMPLE,
     IndexFile,
@@ -30,8 +29,7 @@ Out = Callable[[str], None]
 
 
 def default_store() -> Path:
-    override = os.environ.get("ASCEND_IMAGES_WHEELS")
-    return Path(override) if override else Path.home() / ".cache" / "ascend-images" / "wheels"
+    return host_cache("wheels", "ASCEND_IMAGES_WHEELS")
 
 
 @dataclass(frozen=True)
