@@ -103,6 +103,7 @@ def docker_client():
 # hosts run, under emulation on x86_64 runners. Ordered so the quick images come first: each image's checks start as
 # soon as it is built (tests/image/conftest.py), while the longer chains still build.
 TEST_ARCH = os.environ.get("ASCEND_IMAGES_TEST_ARCH", "aarch64")
+TEST_DOCKER_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]  # the tags' arch suffix
 TEST_NAMESPACE = "ascend-images-test"
 CI_SELECTIONS = [
     # the CANN 9.1.0 line, the default of both devices' none and vllm: the 9.x env (ATB_CXX_ABI, toolkit home

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import TEST_ARCH, TEST_NAMESPACE
+from tests.conftest import TEST_ARCH, TEST_DOCKER_ARCH, TEST_NAMESPACE
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ARCH = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
+ARCH = TEST_DOCKER_ARCH
 COMMON = {  # ref000 (ROLL's guide), the layer every image carries
     "HCCL_CONNECT_TIMEOUT": "3600", "HCCL_EXEC_TIMEOUT": "3600", "HCCL_DETERMINISTIC": "false",
     "HCCL_OP_EXPANSION_MODE": "AIV", "NPU_MEMORY_FRACTION": "0.96",

@@ -13,13 +13,19 @@ import pytest
 from ascend_images.cli.build import build_selection
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 from ascend_images.errors import BuildError
-from tests.conftest import CI_SELECTIONS, LEAK_MARKER_PREFIX, TEST_ARCH, TEST_NAMESPACE, build_ci_selection
+from tests.conftest import (
+    CI_SELECTIONS,
+    LEAK_MARKER_PREFIX,
+    TEST_ARCH,
+    TEST_DOCKER_ARCH,
+    TEST_NAMESPACE,
+    build_ci_selection,
+)
 from tests.fixtures.matrices import matrix_copy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # what a build must never leave in a layer: installers, build-helper temp dirs, pip config, netrc
 LEFTOVER = re.compile(r"(\.run$|/\.ascend-build\.|/\.cann\.|pip\.conf$|netrc$)")
-DOCKER_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
 
 
 def run(client, image, cmd, **kwargs):
@@ -145,8 +151,10 @@ def scanned_clean_record() -> Path:
     run is a fresh clone: a record in the checkout would be gone)."""
     import hashlib
 
+    from ascend_images.inputs.download import host_cache
+
     key = hashlib.sha256(f"{LEAK_MARKER_PREFIX}\n{LEFTOVER.pattern}".encode()).hexdigest()[:16]
-    return Path.home() / ".cache" / "ascend-images" / "test" / f"layers-scanned-clean-{key}.txt"
+    return host_cache("test") / f"layers-scanned-clean-{key}.txt"
 
 
 def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets):
@@ -159,13 +167,15 @@ def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets)
     ca_text = build_secrets["ca"].read_text()
     # a line of the extra bundle that Debian's own ca-certificates does not have: the marker
     assert LEAK_MARKER_PREFIX in ca_text
+    diff_ids = {}
     for tag in ci_images:
-        for entry in docker_client.images.get(tag).history():
+        image = docker_client.images.get(tag)
+        for entry in image.history():
             assert LEAK_MARKER_PREFIX not in entry.get("CreatedBy", ""), tag
             assert "ca-bundle.pem" not in entry.get("CreatedBy", "")
+        diff_ids[tag] = image.attrs["RootFS"]["Layers"]
     record = scanned_clean_record()
     clean = set(record.read_text().split()) if record.is_file() else set()
-    diff_ids = {tag: docker_client.images.get(tag).attrs["RootFS"]["Layers"] for tag in ci_images}
     to_scan = [tag for tag in ci_images if not set(diff_ids[tag]) <= clean]
     if not to_scan:
         return  # every layer of every CI image was read and found clean on this host before
@@ -222,7 +232,7 @@ def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_
     log = re.search(r"full log: (\S+)", text).group(1)
     with open(log) as handle:
         assert "marker-4711" in handle.read()
-    tag = f"{TEST_NAMESPACE}/cann-install:9.1.0-a3-debian12-py3.11-{DOCKER_ARCH}"
+    tag = f"{TEST_NAMESPACE}/cann-install:9.1.0-a3-debian12-py3.11-{TEST_DOCKER_ARCH}"
     assert f"(no tag was set for {tag})" in text
     # the stages below it were reused, not rebuilt: the installer and the base
     assert sum("reused" in line for line in lines) == 2, lines

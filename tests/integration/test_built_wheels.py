@@ -21,7 +21,7 @@ from ascend_images.matrix.model import load_matrix
 from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import PlanOptions, make_plan
 from ascend_images.stages.render import Renderer
-from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
+from tests.conftest import ROOT, TEST_DOCKER_ARCH, TEST_NAMESPACE
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -80,7 +80,7 @@ def compile_once_line(sha256: str) -> tuple[str, str]:
 
 
 def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_builds, tmp_path):
-    base = f"{TEST_NAMESPACE}/base:debian12-py3.11-{'arm64' if TEST_ARCH == 'aarch64' else 'amd64'}"
+    base = f"{TEST_NAMESPACE}/base:debian12-py3.11-{TEST_DOCKER_ARCH}"
     sdist = probe_sdist()
     sha256 = hashlib.sha256(sdist).hexdigest()
     store = tmp_path / "wheels"

@@ -12,7 +12,7 @@ from ascend_images.cli.options import Selection
 from ascend_images.cli.release import publish_selection, verify_image
 from ascend_images.release.publish import PublishError
 from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError
-from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE
+from tests.conftest import ROOT, TEST_ARCH, TEST_DOCKER_ARCH, TEST_NAMESPACE
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 # A2 and A3 on each one's default release for backend none (both CANN 9.1.0), both in CI's selection
@@ -49,8 +49,8 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
     from tests.fixtures.matrices import matrix_copy
     from tests.image.conftest import ci_image_tags
 
-    arch = "arm64" if TEST_ARCH == "aarch64" else "amd64"  # the production one: not -debug, not -tcmalloc-env...
-    wanted = f"torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{arch}"
+    # the production one: not -debug, not -tcmalloc-env...
+    wanted = f"torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{TEST_DOCKER_ARCH}"
     (source,) = [t for t in ci_image_tags() if t.endswith(wanted)]
     namespace = "ascend-images-unpinned"
     tag = source.replace(TEST_NAMESPACE, namespace, 1)
@@ -127,8 +127,8 @@ def test_republish_is_a_noop_and_immutable_tags_are_protected(docker_client, ci_
     first = publish(registry, lines)
     again = publish(registry, lines)
     assert len(again["skipped"]) == 2  # both per-arch tags already there, identical
-    a2_ref = next(r for r in first["tags"] if "-a2-" in r and r.endswith(f"-{_darch()}"))
-    a3_ref = next(r for r in first["tags"] if "-a3-" in r and r.endswith(f"-{_darch()}"))
+    a2_ref = next(r for r in first["tags"] if "-a2-" in r and r.endswith(f"-{TEST_DOCKER_ARCH}"))
+    a3_ref = next(r for r in first["tags"] if "-a3-" in r and r.endswith(f"-{TEST_DOCKER_ARCH}"))
     # somebody pushes another image under the a3 tag
     repo, tag = a3_ref.rsplit(":", 1)
     docker_client.api.tag(a2_ref, repo, tag, force=True)
@@ -172,10 +172,6 @@ def test_dry_run_pushes_nothing(docker_client, ci_builds, registry):
     publish(registry, lines, dry_run=True)
     assert any("would push" in line for line in lines)
     assert RegistryClient(registry.host).manifest("ascend/torch-npu", "latest-a3-none") is None
-
-
-def _darch() -> str:
-    return {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]
 
 
 # --- a registry that wants credentials ------------------------------------------------------------------
