@@ -50,11 +50,12 @@ def pytest_generate_tests(metafunc):
         if metafunc.definition.get_closest_marker("framework_image") and not metafunc.config.getoption("--image"):
             variants = ci_image_variants()
             images = [i for i in images if variants[i].framework != "none"]
-        metafunc.parametrize("image", images, ids=[i.rsplit(":", 1)[-1] for i in images], scope="module",
+        # package scope: one container per image for all of tests/image, whose checks then run one after another
+        metafunc.parametrize("image", images, ids=[i.rsplit(":", 1)[-1] for i in images], scope="package",
                              indirect=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def image(request, docker_client):
     """The image under test: one of CI's is built (or reused) alone, its selection only, so its checks start as soon
     as it exists, not after every CI image."""
@@ -64,12 +65,12 @@ def image(request, docker_client):
     return request.param
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def variant(image, docker_client, matrix):
     return variant_from_labels(matrix, docker_client.images.get(image).labels, image)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def container(image, docker_client):
     box = docker_client.containers.run(image, ["sleep", "infinity"], detach=True,
                                        environment={"ASCEND_PREFLIGHT": "off"})
@@ -77,14 +78,14 @@ def container(image, docker_client):
     box.remove(force=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def host(container):
     import testinfra
 
     return testinfra.get_host(f"docker://{container.id}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def image_locks(host) -> dict:
     """The locks the image's stages installed, by layer (base, torch, backend, framework), as the image keeps them
     (/etc/ascend-images/locks/)."""
@@ -98,3 +99,11 @@ def image_locks(host) -> dict:
         lock = parse_lock_text(host.file(path).content_string, Path(path))
         out[lock.header["layer"]] = lock
     return out
+
+
+@pytest.fixture(scope="package")
+def python_stack(host, variant) -> dict:
+    """The image's stack loaded in one Python process (probe.py), read by every module's checks."""
+    from tests.image.probe import probe_stack
+
+    return probe_stack(host, variant.backend, variant.framework)

@@ -82,8 +82,11 @@ def test_operator_kernels_are_the_devices_only(host, facts, chip):
 
 
 @pytest.fixture(scope="module")
-def torch_abi(host) -> str:
-    """The installed torch's C++ ABI (reading it needs torch, not torch_npu: autoload off, to be quick)."""
+def torch_abi(host, python_stack) -> str:
+    """The installed torch's C++ ABI, as the image's one stack probe read it (probe.py); when torch_npu did not load
+    there (test_torch_npu_loads says why), from torch alone, autoload off: this module checks CANN, not torch_npu."""
+    if "cxx11_abi" in python_stack:
+        return str(python_stack["cxx11_abi"])
     return host.check_output("TORCH_DEVICE_BACKEND_AUTOLOAD=0 python -c "
                              "'import torch; print(int(torch.compiled_with_cxx11_abi()))'")
 

@@ -25,6 +25,17 @@ SHELLS = {
 
 
 def shell_env(host, shell: str) -> dict[str, str]:
+    """What a process started by `shell` sees; asked once per container and shell (nothing here changes it)."""
+    key = (host.backend.name, shell)
+    if key not in _SEEN_ENV:
+        _SEEN_ENV[key] = _read_shell_env(host, shell)
+    return _SEEN_ENV[key]
+
+
+_SEEN_ENV: dict[tuple[str, str], dict[str, str]] = {}
+
+
+def _read_shell_env(host, shell: str) -> dict[str, str]:
     cmd = "env -0"
     out = host.check_output(SHELLS[shell].format(cmd=cmd, q=shlex.quote(cmd)) + " | base64 -w0")
     import base64
@@ -153,6 +164,17 @@ def test_env_json_tells_the_truth(host):
 
 # --- versions -------------------------------------------------------------------------------------
 def installed(host) -> dict[str, str]:
+    """The installed distributions and their versions, read once per container (an emulated Python walking a few
+    hundred distributions' metadata takes seconds, and half a dozen checks ask)."""
+    if host.backend.name not in _INSTALLED:
+        _INSTALLED[host.backend.name] = _read_installed(host)
+    return _INSTALLED[host.backend.name]
+
+
+_INSTALLED: dict[str, dict[str, str]] = {}
+
+
+def _read_installed(host) -> dict[str, str]:
     code = ("import importlib.metadata as m, json, re; print(json.dumps({re.sub(r'[-_.]+', '-', "
             "d.metadata['Name']).lower(): d.version for d in m.distributions()}))")
     return json.loads(host.check_output(f"python -c {shlex.quote(code)}"))
@@ -221,51 +243,7 @@ def test_backend_has_no_cuda(host, variant):
         assert "triton" not in have  # triton-ascend provides the `triton` module; CUDA's triton must not
 
 
-# --- the Python stack loads, with torch's device-backend autoload on (as users run it) --------------
-# One Python process per image loads the whole stack (a torch import takes most of a minute under emulation);
-# each part reports its result or its traceback, and the tests below read their part.
-STACK_PROBE = """
-import importlib.metadata as m, json, sys, traceback
-out = {}
-try:
-    import torch, torch_npu
-    out["torch"] = [torch.__version__, torch_npu.__version__, torch.npu.is_available(), torch.npu.device_count()]
-except BaseException:
-    out["torch_error"] = traceback.format_exc()[-3000:]
-try:
-    if sys.argv[1] == "vllm":
-        # vLLM resolves its platform from the `vllm.platform_plugins` entry points: ours must name Ascend's
-        ep = [e for e in m.entry_points(group="vllm.platform_plugins") if e.name == "ascend"][0]
-        import vllm, vllm_ascend, vllm_ascend.platform
-        out["backend"] = [ep.value, ep.load()(), vllm_ascend.platform.NPUPlatform.device_name]
-    elif sys.argv[1] == "sglang":
-        ep = [e for e in m.entry_points(group="console_scripts") if e.name == "sglang"][0]
-        ep.load()
-        import sgl_kernel_npu, deep_ep, torch_memory_saver
-        from sglang.srt.utils import is_npu
-        try:  # SGLang's NPU path: it finds torch_npu, then refuses to go on without a visible NPU
-            said = f"is_npu() = {is_npu()}"
-        except RuntimeError as exc:
-            said = str(exc)
-        out["backend"] = [ep.value, sgl_kernel_npu.__name__, said]
-except BaseException:
-    out["backend_error"] = traceback.format_exc()[-3000:]
-print(json.dumps(out))
-"""
-
-
-# importing SGLang warms up torch inductor's pool of compile workers: two more Pythons importing torch, which
-# under emulation costs minutes and checks nothing here
-NO_COMPILE_POOL = "env TORCHINDUCTOR_COMPILE_THREADS=1"
-
-
-@pytest.fixture(scope="module")
-def python_stack(host, variant) -> dict:
-    result = host.run(f"{NO_COMPILE_POOL} python -c {shlex.quote(STACK_PROBE)} {variant.backend}")
-    assert result.rc == 0, f"exit {result.rc}\n{result.stdout}\n{result.stderr[-3000:]}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
+# --- the Python stack loads, with torch's device-backend autoload on (as users run it): probe.py -------------
 def test_torch_npu_loads_and_sees_no_npu(python_stack):
     """`import torch` autoloads torch_npu, which loads CANN's libraries: a wrong library path, a missing
     soname or a torch_npu built for another torch fails here. Without a device, no NPU is available."""
@@ -294,11 +272,10 @@ def test_backend_loads(host, variant, python_stack):
         no_driver = "0 active drivers ([]). There should only be one."
         assert entry_point.startswith("sglang.") and loaded == "sgl_kernel_npu"
         assert no_npu in third, third
-        result = host.run(f"{NO_COMPILE_POOL} python -m sglang.launch_server --help")
-        raised = re.findall(r"^(\w+(?:Error|Exception)): (.*)$", result.stderr, flags=re.MULTILINE)
-        assert result.rc != 0 and raised, result.stderr[-3000:]
-        assert raised[-1][0] == "RuntimeError" and (no_npu in raised[-1][1] or raised[-1][1] == no_driver), \
-            result.stderr[-3000:]
+        server = python_stack["server"]
+        raised = re.findall(r"^(\w+(?:Error|Exception)): (.*)$", server, flags=re.MULTILINE)
+        assert raised, server
+        assert raised[-1][0] == "RuntimeError" and (no_npu in raised[-1][1] or raised[-1][1] == no_driver), server
         assert not [name for name, _ in raised if name in ("ModuleNotFoundError", "ImportError")], raised
 
 
