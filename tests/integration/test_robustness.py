@@ -140,29 +140,11 @@ def _building_and_built(out: str) -> tuple[dict[str, int], dict[str, int]]:
     return start, done
 
 
-def test_parallel_build_builds_siblings_side_by_side(docker_client, x86_inputs, namespace, tmp_path):
-    """A2 and A3 share the base; with --jobs 2 the A3 chain does not wait for the A2 chain: A3's cann-install
-    starts before A2's torch is done. Every stage is built once and tagged."""
-    log = tmp_path / "build.log"
-    proc = start(build_args(**x86_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
-    assert proc.wait(timeout=1800) == 0, log.read_text()[-3000:]
-    out = log.read_text()
-    start_at, built_at = _building_and_built(out)
-    # the base is reused when the engine holds an amd64 base from an earlier test or run, else built here, once
-    bases = [t for t in built_at if "/base:" in t]
-    start_at = {t: n for t, n in start_at.items() if "/base:" not in t}
-    built_at = {t: n for t, n in built_at.items() if "/base:" not in t}
-    assert len(bases) <= 1 and len(start_at) == len(built_at) == 6, out  # cann-install, cann, torch per device
-    a2_torch = next(t for t in built_at if "/torch-npu:" in t and "-a2-" in t)
-    a3_install = next(t for t in start_at if "/cann-install:" in t and "-a3-" in t)
-    assert start_at[a3_install] < built_at[a2_torch], "A3 waited for the A2 chain"
-    for tag in built_at:
-        assert docker_client.images.get(tag).labels["io.ascend-images.content-key"]
-
-
-def test_ctrl_c_stops_every_parallel_stage(docker_client, x86_inputs, namespace, tmp_path):
-    """Ctrl-C while both torch stages build: exit 130, both named, neither tagged, no build container left; a
-    re-run reuses every stage that had finished."""
+def test_parallel_stages_build_side_by_side_and_ctrl_c_stops_them_all(docker_client, x86_inputs, namespace,
+                                                                      tmp_path):
+    """A2 and A3 share the base; with --jobs 2 the A3 chain does not wait for the A2 chain: both torch stages build at
+    once. Ctrl-C then: exit 130, both named, neither tagged, no build container left; a re-run reuses every stage
+    that had finished and builds the two torch stages, each stage of the two chains built once and labelled."""
     log = tmp_path / "build.log"
     proc = start(build_args(**x86_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
     deadline = time.monotonic() + 900
@@ -171,12 +153,17 @@ def test_ctrl_c_stops_every_parallel_stage(docker_client, x86_inputs, namespace,
         torch = re.findall(r"\[\d/\d torch\] (\S+): building", log.read_text())
         time.sleep(1)
     assert len(torch) == 2, log.read_text()
+    started, built = _building_and_built(log.read_text())
+    a3_install = next(t for t in started if "/cann-install:" in t and "-a3-" in t)
+    assert not any("/torch-npu:" in t for t in built), "a torch stage finished before both were building"
+    assert a3_install in started and set(torch) <= set(started)
     time.sleep(8)  # inside both torch installs
     proc.send_signal(signal.SIGINT)
     code = proc.wait(timeout=120)
     out = log.read_text()
     assert code == 130, out[-3000:]
     assert "interrupted: stopped" in out and all(tag in out.split("interrupted:", 1)[1] for tag in torch), out[-2000:]
+    assert "no tag was set for them" in out and "Logs: " in out, out[-2000:]
     assert "Traceback" not in out
     for tag in torch:
         assert not docker_client.images.list(name=tag), f"{tag} was tagged"
@@ -187,6 +174,14 @@ def test_ctrl_c_stops_every_parallel_stage(docker_client, x86_inputs, namespace,
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     # the installer, the base and each device's CANN install and CANN
     assert len(re.findall(r": up to date \(content key", rerun.stdout)) == 6, rerun.stdout
+    _, rebuilt = _building_and_built(rerun.stdout)
+    assert sorted(rebuilt) == sorted(torch), rerun.stdout[-3000:]
+    # each stage of the two chains (the base is shared with every namespace): built once, over the two runs
+    stages = [t for t in [*built, *rebuilt] if "/base:" not in t and "/installer:" not in t]
+    assert len(stages) == len(set(stages)) == 6, stages  # cann-install, cann, torch per device
+    for tag in stages:
+        assert docker_client.images.get(tag).labels["io.ascend-images.content-key"]
+
 
 # --- engine faults: one line saying what to do, a non-zero exit, no traceback ------------------------------
 def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
