@@ -68,11 +68,23 @@ fi
 # aarch64 is what we publish; the host's own arch is what the installer stage runs on (it installs natively)
 native=$(uname -m)
 read -r -a os_arches <<<"${ASCEND_IMAGES_OS_ARCHES:-aarch64 $native}"
+# Both at once: the foreign arch's debootstrap second stage keeps one core busy under emulation, the native one
+# mostly waits on the mirror. Each names its debootstrap log when it fails.
+os_jobs=()
 for arch in $(printf '%s\n' "${os_arches[@]}" | sort -u); do
   docker_arch=$([ "$arch" = aarch64 ] && echo arm64 || echo amd64)
   if ! docker image inspect "ascend-images/os:debian12-$docker_arch" >/dev/null 2>&1; then
     step "invoke os-image --os debian12 --arch $arch"
-    .venv/bin/invoke os-image --os debian12 --arch "$arch"
+    (set -o pipefail; .venv/bin/invoke os-image --os debian12 --arch "$arch" 2>&1 | sed -u "s/^/[os-image $arch] /") &
+    os_jobs+=("$!:$arch")
   fi
 done
+failed=""
+for job in "${os_jobs[@]}"; do
+  wait "${job%%:*}" || failed="$failed ${job#*:}"
+done
+if [ -n "$failed" ]; then
+  echo "setup: invoke os-image failed for:$failed (its lines above name the log)" >&2
+  exit 1
+fi
 step "ready: $(docker version --format '{{.Server.Version}}') engine, $(.venv/bin/python --version) in .venv"
