@@ -354,9 +354,23 @@ def remove_tags(docker_client, prefix: str, **remove_kwargs) -> None:
                 docker_client.images.remove(tag, **remove_kwargs)
 
 
+@pytest.fixture(scope="session")
+def shared_registry(tmp_path_factory, docker_client):
+    yield from _local_registry(tmp_path_factory.mktemp("shared-registry"), docker_client)
+
+
 @pytest.fixture
-def registry(tmp_path, docker_client):
-    yield from _local_registry(tmp_path, docker_client)
+def registry(shared_registry, tmp_path, docker_client):
+    """This test's own repositories (a prefix of its own) in the registry this worker's tests share."""
+    import uuid
+
+    from tests.fixtures.registry import RegistryArea
+
+    area = RegistryArea(shared_registry, f"t{uuid.uuid4().hex[:10]}", tmp_path)
+    yield area
+    if shared_registry.process is None:  # a test that stopped it and failed before starting it again
+        shared_registry.start()
+    remove_tags(docker_client, f"{area.namespace}/", noprune=True)
 
 
 AUTH_USER, AUTH_PASSWORD = "publisher", "s3cret-for-tests"

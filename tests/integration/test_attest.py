@@ -51,7 +51,7 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
     from cyclonedx.validation.json import JsonStrictValidator
 
     sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, device="a3", backend="none")
-    report = publish_selection(sel, [].append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+    report = publish_selection(sel, [].append, registry=registry.namespace, namespace=TEST_NAMESPACE,
                          report_path=tmp_path / "report.json", allow_test_double=True)
     ((ref, attached),) = report["attestations"].items()
     digest = report["tags"][ref]
@@ -110,7 +110,7 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
     assert "FAIL  test double: built from cann test doubles" in verify.stdout
     assert "read from the registry" in verify.stdout
     # publishing again attaches nothing twice
-    again = publish_selection(sel, [].append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+    again = publish_selection(sel, [].append, registry=registry.namespace, namespace=TEST_NAMESPACE,
                         report_path=tmp_path / "again.json", allow_test_double=True)
     assert again["attestations"][ref] == attached
     assert len(oras_documents(registry.host, repo, digest)) == 2

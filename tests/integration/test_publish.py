@@ -23,7 +23,7 @@ def publish(registry, lines, **kwargs):
     """The CI images are built from the fake CANN, so these tests opt in with allow_test_double."""
     sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
     kwargs.setdefault("allow_test_double", True)
-    return publish_selection(sel, lines.append, registry=f"{registry.host}/ascend", namespace=TEST_NAMESPACE,
+    return publish_selection(sel, lines.append, registry=registry.namespace, namespace=TEST_NAMESPACE,
                        report_path=registry.root / "report.json", **kwargs)
 
 
@@ -32,7 +32,7 @@ def test_test_double_images_are_refused(docker_client, ci_builds, registry):
     refused = r"(?s)refusing to publish images built from test doubles.*test double: cann"
     with pytest.raises(PublishError, match=refused):
         publish(registry, lines, allow_test_double=False)
-    assert json.loads(registry.get("_catalog"))["repositories"] == []  # nothing pushed
+    assert registry.catalog() == []  # nothing pushed
 
 
 def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_them(
@@ -67,7 +67,7 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
             path = matrix_copy(tmp_path / str(len(pins)), locks=True)
             (path.parent / "pins.yaml").write_text(yaml.safe_dump({"pins": pins}))
             sel = Selection(matrix=str(path), arch=TEST_ARCH, device="a3", backend="none")
-            return publish_selection(sel, [].append, registry=f"{registry.host}/ascend", namespace=namespace,
+            return publish_selection(sel, [].append, registry=registry.namespace, namespace=namespace,
                                report_path=tmp_path / "report.json")
 
         with pytest.raises(PublishError) as caught:
@@ -75,19 +75,19 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
         message = str(caught.value)
         assert "refusing to publish images built from downloads pins.yaml does not pin" in message
         assert all(f"{f} (sha256 {sha[f]})" in message for f in files), message
-        assert json.loads(registry.get("_catalog"))["repositories"] == []  # nothing pushed
+        assert registry.catalog() == []  # nothing pushed
         pinned = {f: {"url": f"https://example.invalid/{f}", "size": 1, "sha256": sha[f]} for f in files}
         with pytest.raises(PublishError, match=files[1]):  # one pinned to other bytes: still refused
             publish_with({**pinned, files[1]: {**pinned[files[1]], "sha256": "0" * 64}})
         report = publish_with(pinned)
-        assert json.loads(registry.get("_catalog"))["repositories"] == ["ascend/torch-npu"]
+        assert registry.catalog() == [registry.repo("torch-npu")]
         # `invoke verify` on what the registry now holds, against this checkout with those pins: nothing to say
         ((ref, _),) = report["attestations"].items()
         lines: list[str] = []
         pinned_matrix = str(tmp_path / str(len(pinned)) / "matrix.yaml")
         # read from the registry, not made from a local image: the engine keeps no tag of it
         remove_tags(docker_client, f"{namespace}/")
-        remove_tags(docker_client, f"{registry.host}/", noprune=True)
+        remove_tags(docker_client, f"{registry.namespace}/", noprune=True)
         assert verify_image(f"{registry.host}/{ref.split('/', 1)[1]}", lines.append, matrix=pinned_matrix) == 0, \
             lines
         assert lines[-1].endswith("0 finding(s) (SBOM and provenance read from the registry)")
@@ -158,10 +158,10 @@ def test_registry_down_mid_publish_then_rerun_finishes(docker_client, ci_builds,
     registry.start()
     client = RegistryClient(registry.host)
     for device in ("a2", "a3"):
-        assert client.manifest("ascend/torch-npu", f"latest-{device}-none") is None  # no alias moved
+        assert client.manifest(registry.repo("torch-npu"), f"latest-{device}-none") is None  # no alias moved
     report = publish(registry, lines)
     for device in ("a2", "a3"):
-        alias = client.manifest("ascend/torch-npu", f"latest-{device}-none")
+        alias = client.manifest(registry.repo("torch-npu"), f"latest-{device}-none")
         assert alias is not None and len(alias.body["manifests"]) == 1
     assert stopped[0] in report["skipped"]  # what was complete before the fault is not pushed again
 
@@ -170,7 +170,7 @@ def test_dry_run_pushes_nothing(docker_client, ci_builds, registry):
     lines: list[str] = []
     publish(registry, lines, dry_run=True)
     assert any("would push" in line for line in lines)
-    assert RegistryClient(registry.host).manifest("ascend/torch-npu", "latest-a3-none") is None
+    assert RegistryClient(registry.host).manifest(registry.repo("torch-npu"), "latest-a3-none") is None
 
 
 # --- a registry that wants credentials ------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_two_arch_variant_publishes_one_list_with_both_platforms(docker_client, 
 
     sel, _, _ = two_arch_build
     lines: list[str] = []
-    kwargs = {"registry": f"{registry.host}/ascend", "namespace": TEST_NAMESPACE,
+    kwargs = {"registry": registry.namespace, "namespace": TEST_NAMESPACE,
               "report_path": registry.root / "report.json", "allow_test_double": True}
     publish_selection(replace(sel, arch="x86_64"), lines.append, only="arch", **kwargs)
     with pytest.raises(PublishError, match=r"(?s)per-arch images missing from the registry.*arm64"):
