@@ -139,3 +139,19 @@ def test_an_index_that_lists_no_hashes_is_used_by_fetching_the_pinned_version_un
         assert "has no file of delta with that sha256" in str(caught.value)
     finally:
         server.stop()
+
+
+def test_two_writers_storing_one_file_at_once_both_get_it(tmp_path):
+    """Two stages of one build (--jobs 2) or two builds on one host fill the store with the same wheel at the same
+    moment: each writes under a temporary name of its own, and both end with the one verified file (with one shared
+    temporary name, one writer renamed it away from under the other: "No such file or directory")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = bytes(range(256)) * 40_000  # 10 MB: a copy long enough for writers to overlap
+    source = tmp_path / "torch-2.13.0-py3-none-any.whl"
+    source.write_bytes(data)
+    store = WheelStore(tmp_path / "store", [], out=lambda line: None)
+    with ThreadPoolExecutor(8) as pool:
+        stored = list(pool.map(lambda _: store._put(source, sha(data)), range(32)))
+    assert {p.read_bytes() == data for p in stored} == {True}
+    assert [p.name for p in (tmp_path / "store" / sha(data)).iterdir()] == [source.name]  # no temporary left

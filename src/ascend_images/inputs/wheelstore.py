@@ -8,7 +8,9 @@ builds from it with --offline."""
 from __future__ import annotations
 
 import html
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +87,10 @@ class WheelStore:
         directory = self.root / sha256
         directory.mkdir(parents=True, exist_ok=True)
         target = directory / (name or source.name)
-        tmp = directory / f".{target.name}.part"
+        # a temporary name of this writer's own: two stages (--jobs 2) or two builds may store one file at once
+        handle, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".part")
+        os.close(handle)
+        tmp = Path(tmp_name)
         shutil.copyfile(source, tmp)
         if sha256_file(tmp) != sha256:
             tmp.unlink()
@@ -94,13 +99,12 @@ class WheelStore:
         return target
 
     def _download(self, item: IndexFile, sha256: str) -> Path:
-        staging = self.root / ".downloads"
-        staging.mkdir(parents=True, exist_ok=True)
-        got = download(item, staging)
+        (self.root / ".downloads").mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=self.root / ".downloads"))  # this download's own, as in _put
         try:
-            path = self._put(got, sha256)
+            path = self._put(download(item, staging), sha256)
         finally:
-            got.unlink(missing_ok=True)
+            shutil.rmtree(staging, ignore_errors=True)
         self.downloaded.append(item.file)
         return path
 
