@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -24,18 +25,10 @@ SHELLS = {
 }
 
 
+@functools.cache
 def shell_env(host, shell: str) -> dict[str, str]:
-    """What a process started by `shell` sees; asked once per container and shell (nothing here changes it)."""
-    key = (host.backend.name, shell)
-    if key not in _SEEN_ENV:
-        _SEEN_ENV[key] = _read_shell_env(host, shell)
-    return _SEEN_ENV[key]
-
-
-_SEEN_ENV: dict[tuple[str, str], dict[str, str]] = {}
-
-
-def _read_shell_env(host, shell: str) -> dict[str, str]:
+    """What a process started by `shell` sees; asked once per container (one host each) and shell: nothing here
+    changes it."""
     cmd = "env -0"
     out = host.check_output(SHELLS[shell].format(cmd=cmd, q=shlex.quote(cmd)) + " | base64 -w0")
     import base64
@@ -163,18 +156,10 @@ def test_env_json_tells_the_truth(host):
 
 
 # --- versions -------------------------------------------------------------------------------------
+@functools.cache
 def installed(host) -> dict[str, str]:
-    """The installed distributions and their versions, read once per container (an emulated Python walking a few
-    hundred distributions' metadata takes seconds, and half a dozen checks ask)."""
-    if host.backend.name not in _INSTALLED:
-        _INSTALLED[host.backend.name] = _read_installed(host)
-    return _INSTALLED[host.backend.name]
-
-
-_INSTALLED: dict[str, dict[str, str]] = {}
-
-
-def _read_installed(host) -> dict[str, str]:
+    """The installed distributions and their versions, read once per container (one host each: an emulated Python
+    walking a few hundred distributions' metadata takes seconds, and half a dozen checks ask)."""
     code = ("import importlib.metadata as m, json, re; print(json.dumps({re.sub(r'[-_.]+', '-', "
             "d.metadata['Name']).lower(): d.version for d in m.distributions()}))")
     return json.loads(host.check_output(f"python -c {shlex.quote(code)}"))

@@ -157,9 +157,8 @@ def test_parallel_stages_build_side_by_side_and_ctrl_c_stops_them_all(docker_cli
         time.sleep(1)
     assert len(torch) == 2, log.read_text()
     started, built = _building_and_built(log.read_text())
-    a3_install = next(t for t in started if "/cann-install:" in t and "-a3-" in t)
+    assert any("/cann-install:" in t and "-a3-" in t for t in started), started
     assert not any("/torch-npu:" in t for t in built), "a torch stage finished before both were building"
-    assert a3_install in started and set(torch) <= set(started)
     time.sleep(8)  # inside both torch installs
     proc.send_signal(signal.SIGINT)
     code = proc.wait(timeout=120)
