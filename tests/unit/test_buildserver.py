@@ -124,3 +124,31 @@ def test_a_built_wheel_is_kept_once_and_listed_for_the_next_build(tmp_path):
         assert put(f"{server.url}/built-wheels/../x/{WHEEL}", b"x") == 404
         assert put(f"{server.url}/built-wheels/.git/{WHEEL}", b"x") == 404
         assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == ["debian12", f"debian12/{WHEEL}"]
+
+
+def test_head_answers_what_get_would_without_the_body(tmp_path):
+    """uv asks a find-links file's size with HEAD before it fetches it (a native build's build requirements)."""
+    import hashlib
+    import http.client
+    import urllib.parse
+
+    data = b"a wheel's bytes" * 100
+    digest = hashlib.sha256(data).hexdigest()
+    store = tmp_path / "store"
+    (store / digest).mkdir(parents=True)
+    (store / digest / "probe-1.0-py3-none-any.whl").write_bytes(data)
+    with BuildServer(BuildInputs(), port=0, wheel_store=store) as server:
+        url = urllib.parse.urlsplit(server.url)
+        answers = {}
+        for method, path in [("HEAD", f"/wheels/{digest}/probe-1.0-py3-none-any.whl"), ("HEAD", "/wheels/"),
+                             ("HEAD", f"/wheels/{'0' * 64}/probe-1.0-py3-none-any.whl")]:
+            connection = http.client.HTTPConnection(url.hostname, url.port, timeout=5)
+            connection.request(method, url.path + path)
+            response = connection.getresponse()
+            answers[path] = (response.status, response.getheader("Content-Length"), response.read())
+            connection.close()
+        assert get(f"{server.url}/wheels/{digest}/probe-1.0-py3-none-any.whl") == data
+    assert answers[f"/wheels/{digest}/probe-1.0-py3-none-any.whl"] == (200, str(len(data)), b"")
+    status, length, body = answers["/wheels/"]
+    assert status == 200 and int(length) > 0 and body == b""
+    assert answers[f"/wheels/{'0' * 64}/probe-1.0-py3-none-any.whl"][0] == 404

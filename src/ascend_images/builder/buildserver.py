@@ -47,6 +47,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         self.server.requests.append(self.path)
 
+    def do_HEAD(self) -> None:
+        """What GET would answer, without the body: uv asks a find-links file's size first when it resolves (a
+        native build's build requirements)."""
+        self.do_GET()
+
     def do_GET(self) -> None:
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         prefix = self.server.prefix
@@ -154,7 +159,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def _send_file(self, path: Path) -> None:
         size = path.stat().st_size
@@ -162,6 +168,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(size))
         self.end_headers()
+        if self.command == "HEAD":
+            return
         with path.open("rb") as handle:
             while chunk := handle.read(1 << 20):
                 self.wfile.write(chunk)
