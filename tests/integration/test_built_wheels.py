@@ -105,3 +105,113 @@ def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_bu
     assert "compiled by an earlier build on this host" in second
     assert second.rstrip().endswith("probe_pkg-1.0-py3-none-any.whl"), second[-2000:]
     assert len(fetched) == 1  # the sdist from the wheel store once: the second build needed none
+
+
+# --- a pure-Python source tree, built natively (the SGLang stage's line): hashes enforced, a platform wheel refused --
+HELPER = "probe_build_helper-1.0-py3-none-any.whl"
+
+
+def helper_wheel() -> bytes:
+    """A build requirement of the probe's (pure, as setuptools and wheel are), served from the wheel store."""
+    import base64
+    import zipfile
+
+    files = {"probe_build_helper/__init__.py": b"",
+             "probe_build_helper-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: probe-build-helper\n"
+                                                          b"Version: 1.0\n",
+             "probe_build_helper-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n"
+                                                       b"Tag: py3-none-any\n"}
+    record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+              for n, d in files.items()] + ["probe_build_helper-1.0.dist-info/RECORD,,"]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as whl:
+        for n, d in files.items():
+            whl.writestr(n, d)
+        whl.writestr("probe_build_helper-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return buffer.getvalue()
+
+
+def native_sdist(tag: str) -> bytes:
+    """The probe's sdist, its backend needing the helper and writing a wheel tagged `tag`."""
+    backend = BACKEND.replace("py3-none-any", tag).replace('"probe_pkg/__init__.py": b""',
+                                                           '"probe_pkg/__init__.py": b"import probe_build_helper"')
+    backend = "import probe_build_helper  # noqa: F401 (installed from the build constraints)\n" + backend
+    files = {"probe-pkg-1.0/pyproject.toml": b'[build-system]\nrequires = ["probe-build-helper"]\n'
+                                             b'build-backend = "backend"\nbackend-path = ["."]\n'
+                                             b'[project]\nname = "probe-pkg"\nversion = "1.0"\n',
+             "probe-pkg-1.0/backend.py": backend.encode(),
+             "probe-pkg-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: probe-pkg\nVersion: 1.0\n"}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def native_build_line() -> str:
+    """The SGLang stage's line that builds its source tree natively, as images/ renders it."""
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    (variant,) = select(matrix, device="a3", backend="sglang", arch="aarch64")
+    sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
+    stage = make_plan([variant], PlanOptions(sources.cann)).top(variant)
+    ctx, _ = Renderer().context(stage, sources)
+    text = Renderer().render_text(stage, ctx)
+    assert [b["what"] for b in ctx["packages"]["native_builds"]] == ["SGLang 0.5.17 from its source tree"]
+    assert not ctx["packages"]["builds"] and " AS built" not in text  # no emulated build stage left
+    match = re.search(r"(/usr/local/libexec/ascend-images/build-env build-pure-wheel"
+                      r" \\\n\s+\S+ \S+ /tmp/ascend-install/wheels"
+                      r" \\\n\s+\S+ python pyproject_npu.toml 0.5.17)", text)
+    assert match, "the SGLang stage builds its source tree natively no more"
+    return match.group(1).replace("\\\n", " ")
+
+
+@pytest.mark.parametrize("case", ["pure", "platform wheel", "build requirement's hash"])
+def test_a_pure_python_tree_is_built_natively_and_nothing_else_passes(docker_client, ci_builds, tmp_path, case):
+    """The SGLang stage's native line, in CI's installer image (the build host's arch) with the stage's copy of
+    build-pure-wheel, against the build server:
+    a pure-Python tree builds in isolation from its hashed build requirements; a tree whose wheel is tagged for this
+    host's arch, or a build requirement whose file does not hash to its pin, stops it."""
+    import platform
+
+    host_arch = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]  # the installer is the host's
+    installer = f"{TEST_NAMESPACE}/installer:debian12-py3.11-{host_arch}"
+    sdist = native_sdist("cp311-cp311-linux_x86_64" if case == "platform wheel" else "py3-none-any")
+    sha256 = hashlib.sha256(sdist).hexdigest()
+    helper = helper_wheel()
+    helper_sha = hashlib.sha256(helper).hexdigest()
+    store = tmp_path / "wheels"
+    for data, name, digest in [(sdist, "probe-pkg-1.0.tar.gz", sha256), (helper, HELPER, helper_sha)]:
+        (store / digest).mkdir(parents=True)
+        (store / digest / name).write_bytes(data)
+    pinned = "0" * 64 if case == "build requirement's hash" else helper_sha
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "build-requirements.txt").write_text(f"probe-build-helper==1.0 --hash=sha256:{pinned}\n")
+    line = native_build_line()
+    spec = re.search(r"(\S+#\S+) python pyproject_npu.toml 0.5.17", line).group(1)
+    line = line.replace(f"{spec} python pyproject_npu.toml 0.5.17",
+                        f"${{ASCEND_BUILD_SERVER}}/wheels/{sha256}#{sha256} . - -")
+    line = line.replace("/tmp/ascend-install/build-requirements.txt", "/ctx/build-requirements.txt")
+    script = f"set -e\nmkdir -p /tmp/ascend-install/wheels\n{line}\nls /tmp/ascend-install/wheels\n"
+    with BuildServer(BuildInputs(), port=0, built_wheels=tmp_path / "built-wheels", wheel_store=store) as server:
+        container = docker_client.containers.run(
+            installer, ["bash", "-c", script], entrypoint=[], detach=True, network_mode="host",
+            environment={"ASCEND_BUILD_SERVER": server.url},
+            volumes={str(tmp_path / "ctx"): {"bind": "/ctx", "mode": "ro"},  # the stage copies the script in
+                     str(ROOT / "images" / "common" / "installer" / "build-pure-wheel"):
+                         {"bind": "/usr/local/bin/build-pure-wheel", "mode": "ro"}})
+        code = container.wait(timeout=300)["StatusCode"]
+        out = container.logs().decode(errors="replace")
+        container.remove()
+    if case == "pure":
+        assert code == 0, out[-3000:]
+        assert out.rstrip().endswith("probe_pkg-1.0-py3-none-any.whl"), out[-2000:]
+    elif case == "platform wheel":
+        assert code != 0, out[-3000:]
+        assert "probe_pkg-1.0-cp311-cp311-linux_x86_64.whl is not pure Python" in out, out[-2000:]
+        assert not (tmp_path / "built-wheels").exists() or not any((tmp_path / "built-wheels").rglob("*.whl"))
+    else:
+        assert code != 0, out[-3000:]
+        assert "Hash mismatch" in out and helper_sha in out, out[-2000:]
+

@@ -61,6 +61,9 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
         files["locks/LOCK-MISSING"] = f"{ctx['lock']['missing']}\n".encode()
     if pk.build_requirements:
         files["build-requirements.txt"] = ("".join(f"{line}\n" for line in pk.build_requirements)).encode()
+    if any(b.get("native") for b in builds or []):
+        # the stage's own copy, not the installer's: a change to it rebuilds the stages that use it, not every one
+        files["installer/build-pure-wheel"] = (IMAGES_DIR / "common" / "installer" / "build-pure-wheel").read_bytes()
     key = f"{v.os}-py{v.python_version}-{v.arch}-torch{v.torch}"
     locked_builds = [{"key": f"{key}-{b.sha256[:16]}", "spec": f"{store_url(b.sha256)}#{b.sha256}", "subdir": ".",
                       "project_file": "", "version": "", "env": [], "what": f"{b.name} {b.version} (no "
@@ -70,7 +73,9 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
     ctx["packages"] = {
         "layers": list(pk.layers), "locks": [lock.path.name for lock in pk.locks.values()],
         "install": len(pk.install), "replaces": list(pk.replaces), "below_unknown": pk.below_unknown,
-        "builds": [*locked_builds, *(builds or [])], "build_requirements": bool(pk.build_requirements),
+        "builds": [b for b in [*locked_builds, *(builds or [])] if not b.get("native")],
+        "native_builds": [b for b in builds or [] if b.get("native")],
+        "build_requirements": bool(pk.build_requirements),
         "target_build": target_build,  # a build of the kind's own in the same stage (sgl-kernel-npu's build.sh)
         "fetched": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in fetched_wheels],
         "zips": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in zips],
@@ -87,9 +92,11 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
 
 
 def source_build(key: str, artifact: Artifact, what: str, *, subdir: str = ".", project_file: str = "",
-                 version: str = "", env: Iterable[str] = ()) -> dict[str, Any]:
+                 version: str = "", env: Iterable[str] = (), native: bool = False) -> dict[str, Any]:
+    """One wheel built from a source tree: on the target (the default), or, for a pure-Python tree (`native`), on the
+    build host's own arch in the native packages stage (build-pure-wheel refuses a wheel that is not py3-none-any)."""
     return {"key": f"{key}-{artifact.sha256[:16]}", "spec": f"{artifact.url}#{artifact.sha256}", "subdir": subdir,
-            "project_file": project_file, "version": version, "env": list(env), "what": what}
+            "project_file": project_file, "version": version, "env": list(env), "what": what, "native": native}
 
 
 def build_key(v: Variant) -> str:
@@ -178,10 +185,11 @@ def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
                                    env=["VLLM_TARGET_DEVICE=empty"]))
     elif source is not None:
         # SGLang from its source tree with its NPU project file (SG), not PyPI's CUDA wheel; a tag archive has no
-        # .git for setuptools-scm, so the version is given
+        # .git for setuptools-scm, so the version is given. Its python/ project is pure Python (PyPI's sglang wheels
+        # are py3-none-any), so it is built natively, not under emulation
         builds.append(source_build(build_key(v), source, f"SGLang {pins['sglang']} from its source tree",
                                    subdir=ctx["lock"]["subdir"] or ".", project_file=pins.get("project_file") or "",
-                                   version=pins["sglang"]))
+                                   version=pins["sglang"], native=True))
     zips = []
     if v.backend == "sglang":
         resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
