@@ -35,9 +35,22 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/nul
   rm -rf "$venv"
   python3 -m venv "$venv"
 fi
-step "$venv/bin/pip install -e .[test,lint] (log $log_dir/pip.log)"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,lint]" >"$log_dir/pip.log" 2>&1 \
-  || { tail -20 "$log_dir/pip.log"; exit 1; }
+# uv installs the project in a fraction of pip's time (about 8 s against 30 s from nothing here); it is the pinned
+# wheel the images' builds use (scripts/uv-requirements.txt). A host with no wheel of it (another arch) uses pip.
+: >"$log_dir/pip.log"
+if "$venv/bin/python" -m pip install -q --disable-pip-version-check --require-hashes -r scripts/uv-requirements.txt \
+    >>"$log_dir/pip.log" 2>&1; then
+  step "uv pip install -e .[test,lint] into $venv (log $log_dir/pip.log)"
+  # the certificates pip would trust: the OS's store, and a bundle given to pip (PIP_CERT), as for a TLS proxy
+  export UV_SYSTEM_CERTS="${UV_SYSTEM_CERTS:-1}"
+  if [ -n "${PIP_CERT:-}" ] && [ -z "${SSL_CERT_FILE:-}" ]; then export SSL_CERT_FILE="$PIP_CERT"; fi
+  "$venv/bin/python" -m uv pip install --python "$venv/bin/python" -e ".[test,lint]" >>"$log_dir/pip.log" 2>&1 \
+    || { tail -20 "$log_dir/pip.log"; exit 1; }
+else
+  step "$venv/bin/pip install -e .[test,lint] (no uv wheel for this host; log $log_dir/pip.log)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,lint]" >>"$log_dir/pip.log" 2>&1 \
+    || { tail -20 "$log_dir/pip.log"; exit 1; }
+fi
 
 # The project's own command on PATH, from any directory: a link to the venv's script (which runs the venv's Python),
 # where root may put one and nothing else of that name is there. invoke stays the venv's: .venv/bin/invoke.
