@@ -388,10 +388,11 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 X86_RELEASE = "test-wheelhouse"
 
 
-@pytest.fixture(scope="session")
-def x86_matrix(tmp_path_factory, wheelhouse) -> Path:
-    """matrix.yaml plus a test release whose torch pair (2.13.0) has an x86_64 CPU wheel on this machine, with its
-    locks: the committed base locks, and the torch layer's made here (`invoke lock`'s own code) from the wheelhouse."""
+def _wheelhouse_matrix(directory: Path, lock_cache: Path, wheelhouse: Path, arches: str,
+                       x86_torch_local: str | None = None) -> Path:
+    """matrix.yaml plus a test release whose torch pair (2.13.0) takes torch from `wheelhouse`, with its locks: the
+    committed base locks, and the torch layer's made here (`invoke lock`'s own code) for `arches`. `x86_torch_local`:
+    the local version of x86_64's torch, where it is not PyTorch's CPU build (the matrix's)."""
     from ascend_images.inputs.lockgen import LockMaker
     from ascend_images.inputs.lockspec import lock_spec, locks_dir
     from ascend_images.matrix.model import load_matrix
@@ -405,14 +406,44 @@ def x86_matrix(tmp_path_factory, wheelhouse) -> Path:
                                                "torch_npu": "2.13.0", "python": ["system"],
                                                "backends": {"none": {}}, "source": "tests"}
         data["arches"]["x86_64"]["torch_index_url"] = ""  # PyTorch's CPU index is unreachable: the wheelhouse has it
+        if x86_torch_local is not None:
+            data["arches"]["x86_64"]["torch_local_version"] = x86_torch_local
         data["arches"]["x86_64"].pop("unlocked", None)  # its locks are made below
 
-    path = matrix_copy(tmp_path_factory.mktemp("matrix"), with_wheelhouse_release, locks=True)
+    path = matrix_copy(directory, with_wheelhouse_release, locks=True)
     matrix = load_matrix(path)
-    maker = LockMaker(lambda line: None, tmp_path_factory.mktemp("lock-cache"), find_links=(wheelhouse,))
-    for v in select(matrix, device="a2", backend="none", release=X86_RELEASE, arch="x86_64,aarch64"):
+    maker = LockMaker(lambda line: None, lock_cache, find_links=(wheelhouse,))
+    for v in select(matrix, device="a2", backend="none", release=X86_RELEASE, arch=arches):
         maker.make(lock_spec(v, "torch", locks_dir(matrix)), locks_dir(matrix))
     return path
+
+
+@pytest.fixture(scope="session")
+def x86_matrix(tmp_path_factory, wheelhouse) -> Path:
+    """The test release on both arches, x86_64's torch the real CPU wheel (aarch64's the metadata-only double)."""
+    return _wheelhouse_matrix(tmp_path_factory.mktemp("matrix"), tmp_path_factory.mktemp("lock-cache"), wheelhouse,
+                              "x86_64,aarch64")
+
+
+@pytest.fixture(scope="session")
+def light_wheelhouse(tmp_path_factory) -> Path:
+    """torch 2.13.0's metadata-only double for x86_64 (and nothing else): for the builds whose subject is the
+    orchestration (overlapping, cached, credentialed), not torch. The real wheel's 900 MB layer would be
+    installed, committed, pushed and pulled by each of them; `test_wheelhouse_x86` and the interrupted builds keep
+    it."""
+    from tests.fixtures.fake_sgl_kernel_npu.make_zips import wheel_bytes
+
+    house = tmp_path_factory.mktemp("light-wheelhouse")
+    name, data = wheel_bytes("torch", "2.13.0+testdouble", "torch", [], "x86_64", "instead of a 900 MB CPU torch")
+    (house / name).write_bytes(data)
+    return house
+
+
+@pytest.fixture(scope="session")
+def x86_light_matrix(tmp_path_factory, light_wheelhouse) -> Path:
+    """The test release on x86_64 whose torch is the metadata-only double (`light_wheelhouse`)."""
+    return _wheelhouse_matrix(tmp_path_factory.mktemp("light-matrix"), tmp_path_factory.mktemp("lock-cache"),
+                              light_wheelhouse, "x86_64", x86_torch_local="+testdouble")
 
 
 def with_own_cann_stages(matrix: Path, directory: Path) -> Path:

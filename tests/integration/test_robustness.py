@@ -1,9 +1,12 @@
 """Builds that overlap, are interrupted, or meet a broken engine: real `invoke` processes on a real engine.
 
-The chains are x86_64 (native, minutes) from the test release whose torch comes from this machine's
-wheelhouse. Each test has stages of its own, really built, not reused: a content key sees no namespace, so each
-test's matrix gives CANN a download referer of its own (rendered into the cann-install stage's RUN line), which makes
-its cann-install, cann and torch stages its own; the base stays shared by all, as a real host's would."""
+The chains are x86_64 (native, minutes) from the test release whose torch comes from a local wheelhouse: the real
+CPU wheel for the interrupted builds (its stage lasts long enough to be stopped in the middle), torch's
+metadata-only double for the others, whose subject is the orchestration (a 900 MB torch layer would only be
+installed, committed, pushed and pulled again; `test_wheelhouse_x86` builds and checks the real one). Each test has
+stages of its own, really built, not reused: a content key sees no namespace, so each test's matrix gives CANN a
+download referer of its own (rendered into the cann-install stage's RUN line), which makes its cann-install, cann and
+torch stages its own; the base stays shared by all, as a real host's would."""
 
 from __future__ import annotations
 
@@ -46,11 +49,22 @@ def start(args: list[str], log) -> subprocess.Popen:
                             start_new_session=True, preexec_fn=default_sigint)
 
 
+def _own_stages(matrix, cann, wheelhouse, ca, directory: Path) -> dict:
+    return {"matrix": with_own_cann_stages(matrix, directory / "matrix"), "cann": cann, "wheelhouse": wheelhouse,
+            "ca": ca, "work_dir": directory / "work"}
+
+
 @pytest.fixture
-def x86_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
-    matrix = with_own_cann_stages(x86_matrix, tmp_path / "matrix")
-    return {"matrix": matrix, "cann": fake_cann_both, "wheelhouse": wheelhouse, "ca": build_secrets["ca"],
-            "work_dir": tmp_path / "work"}
+def x86_inputs(x86_light_matrix, fake_cann_both, light_wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
+    """A chain of the test's own whose torch is the metadata-only double: what is tested is the orchestration."""
+    return _own_stages(x86_light_matrix, fake_cann_both, light_wheelhouse, build_secrets["ca"], tmp_path)
+
+
+@pytest.fixture
+def x86_torch_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
+    """A chain of the test's own with the real CPU torch: its torch stage lasts long enough (the 900 MB wheel
+    installed, compiled and committed) to be interrupted in the middle, which the double's few seconds are not."""
+    return _own_stages(x86_matrix, fake_cann_both, wheelhouse, build_secrets["ca"], tmp_path)
 
 
 def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inputs, namespace, tmp_path):
@@ -106,11 +120,11 @@ def _no_build_container_left(docker_client, parent: str, timeout: float = 60) ->
     return False
 
 
-def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(docker_client, x86_inputs, namespace,
-                                                                               tmp_path):
+def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(docker_client, x86_torch_inputs,
+                                                                               namespace, tmp_path):
     """Ctrl-C in the torch stage, then `kill -9` of the whole process group in the next run's torch stage: no tag
     either time and no build container left; the run after that reuses every finished stage and builds torch."""
-    code, out, tag = _interrupt(x86_inputs, namespace, tmp_path / "ctrl-c.log", signal.SIGINT)
+    code, out, tag = _interrupt(x86_torch_inputs, namespace, tmp_path / "ctrl-c.log", signal.SIGINT)
     assert code == 130, out
     assert "interrupted:" in out and "no tag was set" in out and "Log: " in out, out[-2000:]
     assert "Traceback" not in out
@@ -120,13 +134,13 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
     assert cann, out
     assert _no_build_container_left(docker_client, cann.group(1))
 
-    code, out, killed = _interrupt(x86_inputs, namespace, tmp_path / "kill-9.log", signal.SIGKILL)
+    code, out, killed = _interrupt(x86_torch_inputs, namespace, tmp_path / "kill-9.log", signal.SIGKILL)
     assert code == -signal.SIGKILL and killed == tag, out[-2000:]
     assert re.search(rf"\[4/5 cann\] {re.escape(cann.group(1))}: up to date", out), out[-2000:]
     assert not docker_client.images.list(name=tag), f"{tag} was tagged"
     assert _no_build_container_left(docker_client, cann.group(1))
 
-    rerun = subprocess.run(build_args(**x86_inputs, namespace=namespace, device="a2"), cwd=ROOT,
+    rerun = subprocess.run(build_args(**x86_torch_inputs, namespace=namespace, device="a2"), cwd=ROOT,
                            capture_output=True, text=True, timeout=1800)
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     # the installer, base, cann-install and cann
@@ -143,13 +157,13 @@ def _building_and_built(out: str) -> tuple[dict[str, int], dict[str, int]]:
     return start, done
 
 
-def test_parallel_stages_build_side_by_side_and_ctrl_c_stops_them_all(docker_client, x86_inputs, namespace,
+def test_parallel_stages_build_side_by_side_and_ctrl_c_stops_them_all(docker_client, x86_torch_inputs, namespace,
                                                                       tmp_path):
     """A2 and A3 share the base; with --jobs 2 the A3 chain does not wait for the A2 chain: both torch stages build at
     once. Ctrl-C then: exit 130, both named, neither tagged, no build container left; a re-run reuses every stage
     that had finished and builds the two torch stages, each stage of the two chains built once and labelled."""
     log = tmp_path / "build.log"
-    proc = start(build_args(**x86_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
+    proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
     deadline = time.monotonic() + 900
     torch: list[str] = []
     while time.monotonic() < deadline and proc.poll() is None and len(torch) < 2:
@@ -171,7 +185,7 @@ def test_parallel_stages_build_side_by_side_and_ctrl_c_stops_them_all(docker_cli
         assert not docker_client.images.list(name=tag), f"{tag} was tagged"
     cann = re.findall(rf"\] ({re.escape(namespace)}/cann:\S+): built", out)
     assert len(cann) == 2 and all(_no_build_container_left(docker_client, c) for c in cann)
-    rerun = subprocess.run(build_args(**x86_inputs, namespace=namespace, device="a2,a3", jobs="2"), cwd=ROOT,
+    rerun = subprocess.run(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), cwd=ROOT,
                            capture_output=True, text=True, timeout=1800)
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     # the installer, the base and each device's CANN install and CANN

@@ -4,7 +4,8 @@ index, an extra pip index and the torch index; a netrc and a CA bundle carry mar
 may be in a rendered Dockerfile, a build log, the build's output, `docker history --no-trunc`, the images'
 configuration (labels, env) or their files (`docker save` of the chain, every layer read).
 
-x86_64 (native) with this machine's torch 2.13.0 CPU wheel, served by the private torch index. Every stage is
+x86_64 (native), torch 2.13.0's metadata-only double served by the private torch index (what is tested is where
+the credentials go, not torch: the real wheel would add a 900 MB layer to build, save and scan). Every stage is
 forced to build (a content key sees no credential, so the stages would otherwise be reused) under a namespace of
 its own, and removed afterwards."""
 
@@ -18,15 +19,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import (
-    HOST_CA,
-    LEAK_MARKER_PREFIX,
-    TORCH_WHEEL,
-    X86_RELEASE,
-    remove_tags,
-    torch_cpu_wheel,
-    with_own_cann_stages,
-)
+from tests.conftest import HOST_CA, LEAK_MARKER_PREFIX, X86_RELEASE, remove_tags, with_own_cann_stages
 from tests.fixtures.private_mirror import PrivateMirror
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -40,11 +33,9 @@ def markers() -> dict[str, str]:
 
 
 @pytest.fixture
-def mirrors(markers, work_dir, tmp_path):
-    torch_wheels = tmp_path / "torch-wheels"
-    torch_wheels.mkdir()
-    (torch_wheels / TORCH_WHEEL).symlink_to(torch_cpu_wheel(work_dir.parent / "cache" / "torch-cpu"))
-    served = {flag: PrivateMirror(f"user-{flag}", markers[flag], torch_wheels if flag == "torch-index-url" else None)
+def mirrors(markers, light_wheelhouse):
+    served = {flag: PrivateMirror(f"user-{flag}", markers[flag],
+                                  light_wheelhouse if flag == "torch-index-url" else None)
               for flag in ("os-mirror", "pip-index-url", "pip-extra-index-url", "torch-index-url")}
     for mirror in served.values():
         mirror.start()
@@ -77,7 +68,8 @@ def scan_stream(stream, markers: dict[str, str]) -> list[str]:
     return sorted(found)
 
 
-def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker_client, x86_matrix, fake_cann_both,
+def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker_client, x86_light_matrix,
+                                                                          light_wheelhouse, fake_cann_both,
                                                                           os_image_amd64, work_dir, tmp_path, markers,
                                                                           mirrors, namespace):
     from ascend_images.cli.build import build_selection
@@ -87,7 +79,7 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
     secrets.mkdir()
     (secrets / "netrc").write_text(f"machine private.example login ci password {markers['netrc']}\n")
     (secrets / "ca.pem").write_text(f"# {markers['ca-bundle']}\n{HOST_CA.read_text() if HOST_CA.exists() else ''}")
-    matrix = with_own_cann_stages(x86_matrix, tmp_path / "matrix")
+    matrix = with_own_cann_stages(x86_light_matrix, tmp_path / "matrix")
     build_dir = tmp_path / "work"
 
     sel = Selection(matrix=str(matrix), device="a2", backend="none", release=X86_RELEASE, arch="x86_64",
@@ -112,7 +104,8 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
     assert mirrors["os-mirror"].authorized("/debian/pool/main/j/jemalloc/")  # the overlay's install, too
     assert mirrors["pip-index-url"].authorized("/pypi/simple/")
     assert mirrors["pip-extra-index-url"].authorized("/simple/")
-    assert mirrors["torch-index-url"].authorized(f"/files/{TORCH_WHEEL}")
+    (torch_wheel,) = (w.name for w in light_wheelhouse.glob("torch-*.whl"))
+    assert mirrors["torch-index-url"].authorized(f"/files/{torch_wheel}")
 
     leaks: dict[str, list[str]] = {}
 
