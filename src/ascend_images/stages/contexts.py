@@ -185,8 +185,10 @@ def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
                                    env=["VLLM_TARGET_DEVICE=empty"]))
     elif source is not None:
         # SGLang from its source tree with its NPU project file (SG), not PyPI's CUDA wheel; a tag archive has no
-        # .git for setuptools-scm, so the version is given. Its python/ project is pure Python (PyPI's sglang wheels
-        # are py3-none-any), so it is built natively, not under emulation
+        # .git for setuptools-scm, so the version is given. The NPU project builds pure Python: it requires setuptools,
+        # setuptools-scm and wheel only, so none of the compiled modules of PyPI's CUDA wheels (cp311 since 0.5.11:
+        # sglang/srt/{grpc,multimodal,server}/_core) is built (tests/fixtures/fake_sglang_tag); so it is built
+        # natively, not under emulation, and a wheel that is not py3-none-any would stop the build
         builds.append(source_build(build_key(v), source, f"SGLang {pins['sglang']} from its source tree",
                                    subdir=ctx["lock"]["subdir"] or ".", project_file=pins.get("project_file") or "",
                                    version=pins["sglang"], native=True))
