@@ -47,10 +47,12 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def probe_sdist() -> bytes:
-    files = {"probe-pkg-1.0/pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = "backend"\n'
-                                             b'backend-path = ["."]\n[project]\nname = "probe-pkg"\nversion = "1.0"\n',
-             "probe-pkg-1.0/backend.py": BACKEND.encode(),
+def probe_sdist(requires: str = "", backend: str = BACKEND) -> bytes:
+    """The probe's sdist: its in-tree backend, with `requires` as build-system.requires (a TOML list's inside)."""
+    files = {"probe-pkg-1.0/pyproject.toml": f'[build-system]\nrequires = [{requires}]\nbuild-backend = "backend"\n'
+                                             'backend-path = ["."]\n[project]\nname = "probe-pkg"\nversion = "1.0"\n'
+                                             .encode(),
+             "probe-pkg-1.0/backend.py": backend.encode(),
              "probe-pkg-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: probe-pkg\nVersion: 1.0\n"}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -61,15 +63,20 @@ def probe_sdist() -> bytes:
     return buffer.getvalue()
 
 
-def compile_once_line(sha256: str) -> tuple[str, str]:
-    """The vLLM stage's line that builds arctic-inference's sdist once per host, as images/ renders it, for the
-    probe's sdist instead; and its built-wheels key."""
+def rendered_stage(backend: str) -> tuple[dict, str]:
+    """The A3 aarch64 `backend` stage of matrix.yaml's default release, as images/ renders it: (context, Dockerfile)."""
     matrix = load_matrix(ROOT / "matrix.yaml")
-    (variant,) = select(matrix, device="a3", backend="vllm", arch="aarch64")
+    (variant,) = select(matrix, device="a3", backend=backend, arch="aarch64")
     sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
     stage = make_plan([variant], PlanOptions(sources.cann)).top(variant)
     ctx, _ = Renderer().context(stage, sources)
-    text = Renderer().render_text(stage, ctx)
+    return ctx, Renderer().render_text(stage, ctx)
+
+
+def compile_once_line(sha256: str) -> tuple[str, str]:
+    """The vLLM stage's line that builds arctic-inference's sdist once per host, as images/ renders it, for the
+    probe's sdist instead; and its built-wheels key."""
+    ctx, text = rendered_stage("vllm")
     (arctic,) = [b for b in ctx["packages"]["builds"] if b["what"].startswith("arctic-inference")]
     sdist = arctic["spec"].rsplit("#", 1)[1]
     match = re.search(rf"(/usr/local/libexec/ascend-images/built-wheel \S+ /wheels \\\n\s+\S+{sdist} \. - -)",
@@ -136,28 +143,12 @@ def native_sdist(tag: str) -> bytes:
     backend = BACKEND.replace("py3-none-any", tag).replace('"probe_pkg/__init__.py": b""',
                                                            '"probe_pkg/__init__.py": b"import probe_build_helper"')
     backend = "import probe_build_helper  # noqa: F401 (installed from the build constraints)\n" + backend
-    files = {"probe-pkg-1.0/pyproject.toml": b'[build-system]\nrequires = ["probe-build-helper"]\n'
-                                             b'build-backend = "backend"\nbackend-path = ["."]\n'
-                                             b'[project]\nname = "probe-pkg"\nversion = "1.0"\n',
-             "probe-pkg-1.0/backend.py": backend.encode(),
-             "probe-pkg-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: probe-pkg\nVersion: 1.0\n"}
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return probe_sdist('"probe-build-helper"', backend)
 
 
 def native_build_line() -> str:
     """The SGLang stage's line that builds its source tree natively, as images/ renders it."""
-    matrix = load_matrix(ROOT / "matrix.yaml")
-    (variant,) = select(matrix, device="a3", backend="sglang", arch="aarch64")
-    sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
-    stage = make_plan([variant], PlanOptions(sources.cann)).top(variant)
-    ctx, _ = Renderer().context(stage, sources)
-    text = Renderer().render_text(stage, ctx)
+    ctx, text = rendered_stage("sglang")
     assert [b["what"] for b in ctx["packages"]["native_builds"]] == ["SGLang 0.5.17 from its source tree"]
     assert not ctx["packages"]["builds"] and " AS built" not in text  # no emulated build stage left
     match = re.search(r"(/usr/local/libexec/ascend-images/build-env build-pure-wheel"
