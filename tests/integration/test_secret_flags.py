@@ -70,7 +70,7 @@ def scan_stream(stream, markers: dict[str, str]) -> list[str]:
 
 def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker_client, x86_light_matrix,
                                                                           light_wheelhouse, fake_cann_both,
-                                                                          os_image_amd64, work_dir, tmp_path, markers,
+                                                                          os_image_amd64, tmp_path, markers,
                                                                           mirrors, namespace):
     from ascend_images.cli.build import build_selection
     from ascend_images.cli.options import InputFlags, Selection, SourceFlags

@@ -45,7 +45,8 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
                      zips: Iterable[Artifact] = (), target_build: str = "") -> None:
     """The variables the partials packages-*.j2 read, and the files they copy: install.txt (the lock's pins the
     image below lacks, hashed), build-requirements.txt, the stage's locks (kept in the image), plus the source builds
-    the kind adds (`builds`: each one wheel built on the target) and wheels fetched as files (`fetched_wheels`)."""
+    the kind adds (`builds`: each one wheel, built on the target or, `native`, here) and wheels fetched as files
+    (`fetched_wheels`)."""
     v = stage.variant
     try:
         pk = stage_packages(stage)
@@ -61,20 +62,20 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
         files["locks/LOCK-MISSING"] = f"{ctx['lock']['missing']}\n".encode()
     if pk.build_requirements:
         files["build-requirements.txt"] = ("".join(f"{line}\n" for line in pk.build_requirements)).encode()
-    if any(b.get("native") for b in builds or []):
+    native = [b for b in builds or [] if b["native"]]
+    if native:
         # the stage's own copy, not the installer's: a change to it rebuilds the stages that use it, not every one
         files["installer/build-pure-wheel"] = (IMAGES_DIR / "common" / "installer" / "build-pure-wheel").read_bytes()
-    key = f"{v.os}-py{v.python_version}-{v.arch}-torch{v.torch}"
-    locked_builds = [{"key": f"{key}-{b.sha256[:16]}", "spec": f"{store_url(b.sha256)}#{b.sha256}", "subdir": ".",
-                      "project_file": "", "version": "", "env": [], "what": f"{b.name} {b.version} (no "
-                      f"{v.arch} wheel)"} for b in pk.builds]
+    locked_builds = [{"key": f"{build_key(v)}-{b.sha256[:16]}", "spec": f"{store_url(b.sha256)}#{b.sha256}",
+                      "subdir": ".", "project_file": "", "version": "", "env": [],
+                      "what": f"{b.name} {b.version} (no {v.arch} wheel)"} for b in pk.builds]
     uv = v.matrix.spec.tools["uv"].files[v.arch]
     ctx["platform"] = v.arch_spec.docker_platform
     ctx["packages"] = {
         "layers": list(pk.layers), "locks": [lock.path.name for lock in pk.locks.values()],
         "install": len(pk.install), "replaces": list(pk.replaces), "below_unknown": pk.below_unknown,
-        "builds": [b for b in [*locked_builds, *(builds or [])] if not b.get("native")],
-        "native_builds": [b for b in builds or [] if b.get("native")],
+        "builds": [*locked_builds, *(b for b in builds or [] if not b["native"])],
+        "native_builds": native,
         "build_requirements": bool(pk.build_requirements),
         "target_build": target_build,  # a build of the kind's own in the same stage (sgl-kernel-npu's build.sh)
         "fetched": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in fetched_wheels],
