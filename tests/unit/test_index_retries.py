@@ -47,3 +47,27 @@ def test_a_failure_that_lasts_ends_in_a_few_seconds_naming_host_and_attempts(ind
     with pytest.raises(IndexUnreachableError, match=r"127\.0\.0\.1:9: .*3 attempts"):
         index_files("http://127.0.0.1:9/simple", "six")
     assert time.monotonic() - started < 5
+
+
+# PEP 691's JSON form of the same page, as PyPI sends it to a client that asks for it first (written out by hand from
+# PEP 691's example: a relative url, the sha256 under "hashes", a file with no hash)
+JSON_PAGE = (b'{"meta": {"api-version": "1.0"}, "name": "six", "files": ['
+             b'{"filename": "six-1.17.0-py2.py3-none-any.whl", "url": "../../files/six-1.17.0-py2.py3-none-any.whl",'
+             b' "hashes": {"sha256": "' + b"b" * 64 + b'"}},'
+             b'{"filename": "six-1.17.0.tar.gz", "url": "https://files.example/six-1.17.0.tar.gz", "hashes": {}}]}')
+
+
+def test_the_json_page_is_asked_for_first_and_read_when_sent(index):
+    index.files["/simple/six/"] = JSON_PAGE
+    index.content_types["/simple/six/"] = "application/vnd.pypi.simple.v1+json"
+    wheel, sdist = index_files(index.url("/simple"), "six")
+    assert (wheel.file, wheel.url, wheel.sha256) == ("six-1.17.0-py2.py3-none-any.whl",
+                                                     index.url("/files/six-1.17.0-py2.py3-none-any.whl"), "b" * 64)
+    assert (sdist.file, sdist.url, sdist.sha256) == ("six-1.17.0.tar.gz", "https://files.example/six-1.17.0.tar.gz", "")
+    accept = index.requests[0][1]["Accept"]
+    assert accept.startswith("application/vnd.pypi.simple.v1+json") and "text/html" in accept
+
+
+def test_an_index_that_answers_in_html_alone_is_still_read(index):
+    (file,) = index_files(index.url("/simple"), "six")
+    assert (file.file, file.sha256) == ("six-1.17.0-py2.py3-none-any.whl", "a" * 64)
