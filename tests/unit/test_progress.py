@@ -144,7 +144,9 @@ def test_a_builds_step_lines_go_to_stderr_and_its_outcome_to_stdout(voice, tmp_p
         captured = capsys.readouterr()
         assert captured.out == ""
         assert re.fullmatch(r"\[1/4 base\] step 1/3 \(\d+\.\ds\): FROM debian:12\n", captured.err), captured.err
-        assert (tmp_path / f"{jobs}.log").read_text() == "Step 1/3 : FROM debian:12\nsome output\n"
+        # the log: the engine's lines, each step's start and the stage's end marked with its time
+        assert re.fullmatch(r"\[ascend-images\] \d+\.\ds: step 1/3\nStep 1/3 : FROM debian:12\nsome output\n"
+                            r"\[ascend-images\] \d+\.\ds: stage ended\n", (tmp_path / f"{jobs}.log").read_text())
     console.configure(quiet=True)
     with StageProgress("[1/4 base]", tmp_path / "q.log") as stage:  # the default is the same stderr note
         stage.line("Step 1/3 : FROM debian:12")

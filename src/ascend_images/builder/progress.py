@@ -16,6 +16,7 @@ from ascend_images.console import fmt_seconds, note
 
 __all__ = ["HEARTBEAT_SECONDS", "StageProgress", "fmt_seconds", "printer"]
 HEARTBEAT_SECONDS = 20.0
+LOG_MARK = "[ascend-images]"  # a line of ours in a stage's log, among the engine's
 
 
 @dataclass
@@ -36,6 +37,7 @@ class StageProgress:
 
     def __exit__(self, *exc: object) -> None:
         if self._log:
+            self._log.write(f"{LOG_MARK} {fmt_seconds(self.elapsed)}: stage ended\n")
             self._log.close()
 
     @property
@@ -45,13 +47,17 @@ class StageProgress:
     def line(self, text: str) -> None:
         """One line of builder output: logged always, shown when it starts a step or on a heartbeat."""
         assert self._log is not None
+        stripped = text.strip()
+        starts_step = stripped.startswith("Step ") and " : " in stripped
+        if starts_step:
+            # the engine's log says no time: where a stage spent its minutes is read off these lines
+            self._log.write(f"{LOG_MARK} {fmt_seconds(self.elapsed)}: {stripped.split(' : ', 1)[0].lower()}\n")
         self._log.write(text + "\n")
         self._log.flush()
-        stripped = text.strip()
         if not stripped:
             return
         now = time.monotonic()
-        if stripped.startswith("Step ") and " : " in stripped:
+        if starts_step:
             self.step = stripped.split(" : ", 1)[0].removeprefix("Step ")
             self.out(f"{self.label} step {self.step} ({fmt_seconds(self.elapsed)}): "
                      f"{_short(stripped.split(' : ', 1)[1])}")
