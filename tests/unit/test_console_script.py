@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -116,7 +117,11 @@ def test_a_fresh_editable_install_makes_the_script(tmp_path):
     """`pip install -e .` into an empty venv (its dependencies from this interpreter's site-packages), then the
     installed script itself, run from outside the checkout."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # this interpreter's packages (the set-up's venv: --system-site-packages would reach past it to the system's),
+    # as a path line: the checkout's own editable install there is not read, so the one made below is what runs
+    (site,) = (venv / "lib").glob("python3.*/site-packages")
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     installed = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "-e", str(ROOT)],
                                capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stdout + installed.stderr

@@ -12,6 +12,7 @@ import pytest
 
 from ascend_images.cli.options import env_flag
 from ascend_images.console import Steps
+from ascend_images.tools import which
 
 from .helpers import ROOT
 
@@ -22,7 +23,7 @@ def test_ruff_clean():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.skipif(shutil.which("hadolint") is None and not env_flag("CI"), reason="hadolint not installed")
+@pytest.mark.skipif(which("hadolint") is None and not env_flag("CI"), reason="hadolint not installed")
 def test_lint_says_what_it_does_and_counts_hadolints_warnings(tmp_path):
     """`ascend-images lint --verbose` as a user runs it (not a terminal here: plain lines): a line per step with its
     time on stderr; on stdout each linter's verdict, hadolint's warnings in full and their count at the end."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
 
+from ascend_images.tools import which
 from tests.unit.helpers import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
@@ -32,7 +32,7 @@ def _ci_matrix(*args: str) -> dict:
 
 
 def test_actionlint_passes():
-    actionlint = shutil.which("actionlint")
+    actionlint = which("actionlint")
     if actionlint is None:
         if os.environ.get("CI") == "true":
             pytest.fail("actionlint is not installed (pip install -e '.[lint]')")
@@ -89,7 +89,7 @@ def test_build_runs_on_native_runners_and_npu_gates_the_merge():
 
 
 def _zizmor(path) -> subprocess.CompletedProcess:
-    zizmor = shutil.which("zizmor")
+    zizmor = which("zizmor")
     if zizmor is None:
         if os.environ.get("CI") == "true":
             pytest.fail("zizmor is not installed (pip install -e '.[lint]')")
