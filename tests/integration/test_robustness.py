@@ -70,7 +70,8 @@ def x86_torch_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_i
 def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inputs, namespace, tmp_path):
     """Two builds of the same A2 chain started together (what two engineers or two CI runners on one host do):
     both succeed, each stage is built by one of them while the other waits and reuses it, and no content key
-    has two images."""
+    has two images. The torch stage's native part is built ahead, beside the CANN stages, and the torch stage takes
+    its steps from the engine's cache."""
     logs = [tmp_path / "one.log", tmp_path / "two.log"]
     procs = []
     for log, device in zip(logs, ["a2", "a2"], strict=True):
@@ -88,6 +89,19 @@ def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inpu
         key = docker_client.images.get(tag).labels["io.ascend-images.content-key"]
         twins = docker_client.api.images(filters={"label": f"io.ascend-images.content-key={key}"})
         assert len(twins) == 1, f"{tag}: {len(twins)} images with one content key"
+    ahead = [m for out in outs for m in re.findall(r"\[native part of torch\] (\S+): built ahead in", out)]
+    torch_logs = [Path(m) for out in outs for m in re.findall(r"\[\d/\d torch\] \S+: building \(log (\S+)\)", out)]
+    assert len(ahead) == 1 and len(torch_logs) == 1, outs
+    assert ahead[0] in shared and "/torch-npu:" in ahead[0], (ahead, shared)
+    assert packages_steps_cached(torch_logs[0].read_text()), torch_logs[0].read_text()[:4000]
+
+
+def packages_steps_cached(log: str) -> bool:
+    """Whether a stage's log shows its native part (the steps up to its second FROM) taken from the cache: its
+    install step's line followed by the engine's `Using cache`."""
+    native = log.split("FROM --platform=", 1)[0]
+    install = native.find("install-packages ")
+    return install != -1 and native.find(" ---> Using cache", install) != -1
 
 
 def _interrupt(x86_inputs, namespace, log: Path, sig: int) -> tuple[int, str, str]:

@@ -27,6 +27,7 @@ import docker
 from ascend_images.builder.buildserver import BuildServer
 from ascend_images.builder.claims import claim, claims_dir
 from ascend_images.builder.engine import disk_full
+from ascend_images.builder.native import NativeParts, later_locked_stages
 from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
 from ascend_images.builder.stagecache import StageCache
 from ascend_images.console import note
@@ -121,6 +122,14 @@ def declared_args(dockerfile: str) -> set[str]:
     return set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE))
 
 
+def _build_args(context: Path, server: BuildServer, tools: tuple[str, ...]) -> dict[str, str]:
+    """The build args a stage's Dockerfile declares: the build server, and the installer its native part starts
+    from."""
+    args = {"ASCEND_BUILD_SERVER": server.url, **({"INSTALLER": tools[0]} if tools else {})}
+    declared = declared_args((context / "Dockerfile").read_text(encoding="utf-8"))
+    return {k: v for k, v in args.items() if k in declared}
+
+
 def _drop_connection(stream: Any) -> None:
     """End a build's HTTP connection from another thread: the engine then stops that build and removes its
     container. A generator cannot be closed while another thread runs it, and closing a socket does not wake a
@@ -153,6 +162,9 @@ class Builder:
         self._streams: set[Any] = set()
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._store_lock = threading.Lock()  # a stage and a native part ahead fill the wheel store one at a time
+        self._stages: list[Stage] = []
+        self.native: NativeParts | None = None
         self.cache = (StageCache(settings.stage_cache, client, self.out, settings.stage_cache_read_only)
                       if settings.stage_cache else None)
         if settings.jobs > 1:
@@ -245,10 +257,11 @@ class Builder:
         wanted = stored_files(ctx.get("packages", {}).get("wanted", []))
         if not wanted:
             return 0, 0
-        before = len(self.store.downloaded)
-        self.store.ensure(wanted, [with_login(url, self.settings.inputs.index_credentials)
-                                   for url in ctx["packages"].get("indexes", [])])
-        fetched = len(self.store.downloaded) - before
+        with self._store_lock:
+            before = len(self.store.downloaded)
+            self.store.ensure(wanted, [with_login(url, self.settings.inputs.index_credentials)
+                                       for url in ctx["packages"].get("indexes", [])])
+            fetched = len(self.store.downloaded) - before
         self.progress(f"{label} wheel store: {len(wanted)} file(s), {fetched} downloaded now")
         return len(wanted), fetched
 
@@ -285,6 +298,9 @@ class Builder:
                         self.out(f"{label} {stage.tag}: pulled from the stage cache (content key {key[:12]})")
                         return StageResult(stage.tag, stage.kind, "pulled", pulled, key,
                                            time.monotonic() - started, None, str(context))
+                if self.native is not None:  # this stage builds: so do the locked ones after it
+                    self.native.schedule(later_locked_stages(self._stages, stage))
+                    self.native.wait_for(stage)
                 wheels = self._fill_store(label, ctx)
                 result = self._build_claimed(stage, label, index, key, context, server, started, tools)
                 result = replace(result, wheels_wanted=wheels[0], wheels_downloaded=wheels[1])
@@ -308,9 +324,7 @@ class Builder:
         platform = self._platform(stage)
         log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
         self.out(f"{label} {stage.tag}: building (log {log_path})")
-        dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
-        args = {"ASCEND_BUILD_SERVER": server.url, **({"INSTALLER": tools[0]} if tools else {})}
-        buildargs = {k: v for k, v in args.items() if k in declared_args(dockerfile)}
+        buildargs = _build_args(context, server, tools)
         labels = {
             CONTENT_KEY_LABEL: key,
             "org.opencontainers.image.created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -378,13 +392,23 @@ class Builder:
         sources = self.settings.sources
         cann_dir = sources.cann.directory if sources.cann.kind == "local" else sources.cann.cache
         artifacts_dir = sources.artifacts.directory or sources.artifacts.cache
+        self._stages = list(plan.stages)
         with BuildServer(self.settings.inputs, cann_dir, artifacts_dir,
                          built_wheels=self.settings.built_wheels, wheel_store=self.settings.wheel_store) as server:
-            if self.settings.jobs > 1:
-                self._build_parallel(plan, server)
-            else:
-                for index, stage in enumerate(plan.stages, 1):
-                    self.results[stage.tag] = self.build_stage(stage, index, total, server)
+            if not (self.settings.force or self.settings.nocache):  # forced builds take nothing from the cache
+                self.native = NativeParts(
+                    self.client, functools.partial(self._native_context, server=server),
+                    lambda stage: all(need.tag in self.results for need in stage.needs), self._streams, self._lock,
+                    _drop_connection, self._cancelled, self.log_dir, self.settings.work_dir, self.out)
+            try:
+                if self.settings.jobs > 1:
+                    self._build_parallel(plan, server)
+                else:
+                    for index, stage in enumerate(plan.stages, 1):
+                        self.results[stage.tag] = self.build_stage(stage, index, total, server)
+            finally:
+                if self.native is not None:
+                    self.native.stop()
         results = [self.results[s.tag] for s in plan.stages]
         built = sum(r.status == "built" for r in results)
         pulled = sum(r.status == "pulled" for r in results)
@@ -393,6 +417,15 @@ class Builder:
                  + f"{total} stages")
         self._write_report(plan, results)
         return results
+
+    def _native_context(self, stage: Stage, scratch: Path, server: BuildServer) -> tuple[Path, dict[str, str]]:
+        """A locked stage's context, written to `scratch`, with its wheels in the store, for its native part ahead:
+        the same files and build args its own build will have, so that build finds the steps in the cache."""
+        ctx, files = self.renderer.context(stage, self.settings.sources, None)
+        self._fill_store(f"[native part of {stage.kind}]", ctx)
+        context = self.renderer.write(stage, scratch, ctx, files)
+        tools = tuple(self.results[need.tag].image_id for need in stage.needs)
+        return context, _build_args(context, server, tools)
 
     def _build_parallel(self, plan: BuildPlan, server: BuildServer) -> None:
         """Up to `jobs` stages at once, each as soon as its parent is built. After a failure nothing new starts,
