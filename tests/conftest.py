@@ -109,11 +109,11 @@ CI_SELECTIONS = [
     # the CANN 9.1.0 line, the default of both devices' none and vllm: the 9.x env (ATB_CXX_ABI, toolkit home
     # first), the cann-versioned-atb-abi layout, torch 2.10.0
     {"device": "a2,a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"},
-    # thin overlays on the A3 torch image: a profile; an --env value given at build time with an allocator the
-    # backend does not preload by default (one image for both, to keep CI's image count down)
-    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0", "profile": "debug"},
-    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0", "env": ["OMP_NUM_THREADS=8"],
-     "allocator": "tcmalloc"},
+    # the thin overlay on the A3 torch image, with all it can set: a profile, an --env value given at build time and
+    # an allocator the backend does not preload by default (one image for the three, to keep CI's image count down:
+    # each image's checks load the stack once under emulation)
+    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0", "profile": "debug",
+     "env": ["OMP_NUM_THREADS=8"], "allocator": "tcmalloc"},
     # the older layout: ascend-toolkit/latest (CANN 8.3.RC1, torch 2.7.1), A2
     {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
     # SGLang's current NPU line (the default of both devices' sglang; the cann-versioned layout) from its tag archive

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.image.paths import path_facts
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 FACTS = yaml.safe_load((ROOT / "tests/fixtures/cann_facts/cann.yaml").read_text())
@@ -61,24 +62,28 @@ def seen_env(host) -> dict[str, str]:
 
 
 def test_cann_layout_is_upstreams(host, facts):
-    assert host.file(facts["layout"]["home"]).is_directory
-    for link, target in facts["layout"]["links"].items():
-        node = host.file(link)
-        assert node.is_symlink, f"{link} is not a link"
-        assert node.linked_to.rstrip("/") == (target if target.startswith("/") else
-                                              f"{link.rsplit('/', 1)[0]}/{target}"), link
-    for script in facts["env_scripts"]:
-        assert host.file(script.split()[0]).is_file, script  # 9.x names NNAL's with its --cxx_abi argument
-    for directory in facts["layout"]["required_by_torch_npu"]:
-        assert host.file(f"{facts['layout']['home']}/{directory}").is_directory, directory
+    home, links = facts["layout"]["home"], facts["layout"]["links"]
+    scripts = [script.split()[0] for script in facts["env_scripts"]]  # 9.x names NNAL's with its --cxx_abi argument
+    required = [f"{home}/{directory}" for directory in facts["layout"]["required_by_torch_npu"]]
+    seen = path_facts(host, [home, *links, *scripts, *required])
+    assert seen[home].is_directory
+    for link, target in links.items():
+        assert seen[link].is_symlink, f"{link} is not a link"
+        assert seen[link].linked_to.rstrip("/") == (target if target.startswith("/") else
+                                                    f"{link.rsplit('/', 1)[0]}/{target}"), link
+    for script in scripts:
+        assert seen[script].is_file, script
+    for directory in required:
+        assert seen[directory].is_directory, directory
 
 
 def test_operator_kernels_are_the_devices_only(host, facts, chip):
     kernels = f"{facts['layout']['home']}/opp/built-in/op_impl/ai_core/tbe/kernel"
-    assert host.file(f"{kernels}/{facts['kernel_dirs'][chip]}").is_directory
+    seen = path_facts(host, [f"{kernels}/{directory}" for directory in facts["kernel_dirs"].values()])
+    assert seen[f"{kernels}/{facts['kernel_dirs'][chip]}"].is_directory
     for other, directory in facts["kernel_dirs"].items():
         if other != chip:
-            assert not host.file(f"{kernels}/{directory}").exists, f"{directory} kernels in a {chip} image"
+            assert not seen[f"{kernels}/{directory}"].exists, f"{directory} kernels in a {chip} image"
 
 
 @pytest.fixture(scope="module")

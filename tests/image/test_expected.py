@@ -93,20 +93,14 @@ EXPECTED = {
         "labels": {**CANN_83_A2, "io.ascend-images.stage": "torch", "io.ascend-images.backend": "none",
                    "io.ascend-images.profile": "production"},
     },
-    # an --env value at build time and an allocator the backend does not preload: one thin overlay
-    f"torch-npu:2.10.0.post4-{TAIL}-tcmalloc-env455b65e5": {
-        "env": {**COMMON, **PRODUCTION, "OMP_NUM_THREADS": "8", "LD_PRELOAD": TCMALLOC, "ATB_CXX_ABI": "1",
+    # the debug profile, an --env value at build time and an allocator the backend does not preload: one thin overlay
+    f"torch-npu:2.10.0.post4-{TAIL}-debug-tcmalloc-env455b65e5": {
+        "env": {**COMMON, **DEBUG, "OMP_NUM_THREADS": "8", "LD_PRELOAD": TCMALLOC, "ATB_CXX_ABI": "1",
                 "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
         "absent": ["VLLM_USE_V1"],
         "labels": {**CANN_910_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
-                   "io.ascend-images.allocator": "tcmalloc", "io.ascend-images.profile": "production",
+                   "io.ascend-images.allocator": "tcmalloc", "io.ascend-images.profile": "debug",
                    "io.ascend-images.user-env": '{"OMP_NUM_THREADS": "8"}'},
-    },
-    f"torch-npu:2.10.0.post4-{TAIL}-debug": {
-        "env": {**COMMON, **DEBUG, "ATB_CXX_ABI": "1", "ASCEND_HOME_PATH": "/usr/local/Ascend/cann-9.1.0"},
-        "absent": ["LD_PRELOAD"],
-        "labels": {**CANN_910_A3, "io.ascend-images.stage": "overlay", "io.ascend-images.backend": "none",
-                   "io.ascend-images.profile": "debug"},
     },
     f"vllm-ascend:0.23.0-cann9.1.0-a3-debian12-py3.11-{ARCH}": {
         # ref000: graph mode wants task queue level 1; vLLM V1 and vllm-ascend's FLASHCOMM, dense optimize and MLP

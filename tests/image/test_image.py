@@ -15,6 +15,7 @@ from ascend_images.inputs.lockspec import LAYERS
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.envs import effective_env
 from ascend_images.stages.envcapture import PATH_LIKE, clean_path_list
+from tests.image.paths import path_facts
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SHELLS = {
@@ -94,8 +95,9 @@ def test_pip_check(host, image_locks):
 
 # --- CANN layout: checked against upstream facts in test_cann_golden.py ---------------------------
 def test_env_scripts_present(host, variant):
+    seen = path_facts(host, [script.split()[0] for script in variant.env_scripts])
     for script in variant.env_scripts:
-        assert host.file(script.split()[0]).is_file, script
+        assert seen[script.split()[0]].is_file, script
 
 
 # --- environment ----------------------------------------------------------------------------------

@@ -259,22 +259,18 @@ def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fa
 
 
 def test_overlays_rebuild_nothing_below_and_carry_their_settings(docker_client, ci_builds):
-    """Choosing a profile, an allocator or a build-time --env adds one thin image on the shared chain."""
+    """Choosing a profile, an allocator and a build-time --env adds one thin image on the shared chain."""
     overlays = [(sel, built) for sel, built in zip(CI_SELECTIONS, ci_builds, strict=True)
                 if "profile" in sel or "env" in sel]
-    assert len(overlays) == 2
-    envs = []
-    for _, (plan, results) in overlays:
-        assert [r.kind for r in results][-1] == "overlay"
-        assert all(r.status == "reused" for r in results[:-1]), [(r.tag, r.status) for r in results]
-        (top,) = plan.tops.values()
-        envs.append(run(docker_client, top.tag, ["/usr/bin/env"]))
-    debug, with_env = envs
+    assert len(overlays) == 1
+    ((_, (plan, results)),) = overlays
+    assert [r.kind for r in results][-1] == "overlay"
+    assert all(r.status == "reused" for r in results[:-1]), [(r.tag, r.status) for r in results]
+    (top,) = plan.tops.values()
+    env = run(docker_client, top.tag, ["/usr/bin/env"]).splitlines()
     # ref000's debug set, written out by hand
     for line in ("ASCEND_GLOBAL_LOG_LEVEL=0", "ASCEND_SLOG_PRINT_TO_STDOUT=1", "ASCEND_LAUNCH_BLOCKING=1"):
-        assert line in debug.splitlines(), debug
-    assert "OMP_NUM_THREADS=8" in with_env.splitlines() and "HCCL_CONNECT_TIMEOUT=3600" in with_env.splitlines()
-    assert "ASCEND_GLOBAL_LOG_LEVEL=3" in with_env.splitlines()  # production, the default profile
+        assert line in env, env
+    assert "OMP_NUM_THREADS=8" in env and "HCCL_CONNECT_TIMEOUT=3600" in env
     # --allocator tcmalloc on a backend that preloads nothing: ref004 2.2's library, Debian's soname
-    assert f"LD_PRELOAD=/usr/lib/{TEST_ARCH}-linux-gnu/libtcmalloc.so.4" in with_env.splitlines(), with_env
-    assert not [line for line in debug.splitlines() if line.startswith("LD_PRELOAD=")], debug
+    assert f"LD_PRELOAD=/usr/lib/{TEST_ARCH}-linux-gnu/libtcmalloc.so.4" in env, env

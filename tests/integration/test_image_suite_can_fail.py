@@ -110,14 +110,15 @@ def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_bas
 
 def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, work_dir, tmp_path):
     # torch_npu 2.7.1.post2 is built against torch 2.7.1; this image has torch 2.8.0. The wheel is fetched here
-    # (the container has no index configuration of its own) and installed over the good one.
+    # (the container has no index configuration of its own) and installed over the good one, its bytecode not
+    # compiled (an emulated pip compiling a few thousand files, which no check here reads).
     from ascend_images.inputs.pypi import PYPI_SIMPLE, download, index_files
 
     (wheel,) = [f for f in index_files(PYPI_SIMPLE, "torch-npu")
                 if f.file == "torch_npu-2.7.1.post2-cp311-cp311-manylinux_2_28_aarch64.whl"]
     download(wheel, tmp_path)
     tag = derived(docker_client, stack_base, "ascend-images-test/broken-torch-npu:latest",
-                  f"COPY {wheel.file} /tmp/\nRUN PIP_CONSTRAINT= pip install --no-cache-dir --no-deps "
+                  f"COPY {wheel.file} /tmp/\nRUN PIP_CONSTRAINT= pip install --no-cache-dir --no-compile --no-deps "
                   f"/tmp/{wheel.file} && rm /tmp/{wheel.file}\n", tmp_path)
     failed = failed_stack_checks(docker_client, tag, work_dir)
     assert {"test_torch_npu_loads_and_sees_no_npu", "test_torch_and_torch_npu_pins", "test_pip_check"} <= failed

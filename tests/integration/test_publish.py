@@ -49,7 +49,7 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
     from tests.fixtures.matrices import matrix_copy
     from tests.image.conftest import ci_image_tags
 
-    # the production one: not -debug, not -tcmalloc-env...
+    # the production one: not the -debug-tcmalloc-env... overlay
     wanted = f"torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{TEST_DOCKER_ARCH}"
     (source,) = [t for t in ci_image_tags() if t.endswith(wanted)]
     namespace = "ascend-images-unpinned"

@@ -62,8 +62,8 @@ def x86_inputs(x86_light_matrix, fake_cann_both, light_wheelhouse, build_secrets
 
 @pytest.fixture
 def x86_torch_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
-    """A chain of the test's own with the real CPU torch: its torch stage lasts long enough (the 900 MB wheel
-    installed, compiled and committed) to be interrupted in the middle, which the double's few seconds are not."""
+    """A chain of the test's own with the real CPU torch: its torch stage lasts long enough (the 900 MB tree copied
+    in from its native part and committed) to be interrupted in the middle, which the double's few seconds are not."""
     return _own_stages(x86_matrix, fake_cann_both, wheelhouse, build_secrets["ca"], tmp_path)
 
 
@@ -110,16 +110,28 @@ def _interrupt(x86_inputs, namespace, log: Path, sig: int) -> tuple[int, str, st
     deadline = time.monotonic() + 900
     tag = ""
     while time.monotonic() < deadline and proc.poll() is None:
-        match = re.search(r"\[\d/\d torch\] (\S+): building", log.read_text())
+        match = re.search(r"\[\d/\d torch\] (\S+): building \(log (\S+)\)", log.read_text())
         if match:
             tag = match.group(1)
             break
         time.sleep(1)
     assert tag, log.read_text()
-    time.sleep(8)  # inside the torch install
+    inside_the_copy([Path(match.group(2))])
     os.killpg(proc.pid, sig) if sig == signal.SIGKILL else proc.send_signal(sig)
     code = proc.wait(timeout=120)
     return code, log.read_text(), tag
+
+
+def inside_the_copy(stage_logs: list[Path], timeout: float = 300) -> None:
+    """Wait until each torch stage copies its native part in (the 900 MB torch tree: the stage's longest step, its
+    install steps having come from the cache, built ahead), then a moment more: a signal now lands inside it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.is_file() and "COPY --from=packages" in p.read_text() for p in stage_logs):
+            time.sleep(2)
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no stage got to copying its packages in: {stage_logs}")
 
 
 def _no_build_container_left(docker_client, parent: str, timeout: float = 60) -> bool:
@@ -187,7 +199,8 @@ def test_parallel_stages_build_side_by_side_and_ctrl_c_stops_them_all(docker_cli
     started, built = _building_and_built(log.read_text())
     assert any("/cann-install:" in t and "-a3-" in t for t in started), started
     assert not any("/torch-npu:" in t for t in built), "a torch stage finished before both were building"
-    time.sleep(8)  # inside both torch installs
+    inside_the_copy([Path(p) for p in re.findall(r"\[\d/\d torch\] \S+: building \(log (\S+)\)",
+                                                  log.read_text())])
     proc.send_signal(signal.SIGINT)
     code = proc.wait(timeout=120)
     out = log.read_text()

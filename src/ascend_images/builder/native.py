@@ -21,6 +21,7 @@ from ascend_images.builder.progress import StageProgress, fmt_seconds
 from ascend_images.stages.stage import Stage
 
 PACKAGES_TARGET = "packages"  # the build stage images/common/partials/packages-native.j2 names
+AHEAD_CPU_SHARES = 2  # the least docker accepts (a stage's build has the default, 1024)
 
 
 @dataclass
@@ -123,8 +124,10 @@ class NativeParts:
                 return
             self.out(f"{label} {stage.tag}: started ahead, beside the stages before it (log {log_path})")
             with StageProgress(label, log_path, lambda line: None) as progress:
+                # the lowest CPU weight: ahead of time it may take what the emulated stage leaves idle, never slow it
                 stream = self.client.api.build(path=str(context), target=PACKAGES_TARGET, rm=True, forcerm=True,
-                                               pull=False, decode=True, network_mode="host", buildargs=buildargs)
+                                               pull=False, decode=True, network_mode="host", buildargs=buildargs,
+                                               container_limits={"cpushares": AHEAD_CPU_SHARES})
                 with self.lock:  # Ctrl-C drops it with the stages' (the streams), stop() on its own
                     self.streams.add(stream)
                     self.current = stream
