@@ -124,21 +124,25 @@ def index_files(index_url: str, project: str, timeout: float = 60) -> list[Index
                                         f"{attempt} attempts)") from None
         time.sleep(delay)
         delay *= 2
-    if content_type == SIMPLE_JSON:
-        links = [(f["url"], f.get("hashes", {}).get("sha256", "")) for f in json.loads(body)["files"]]
-    else:
-        parser = _Links()
-        parser.feed(body.decode("utf-8", "replace"))
-        links = [_without_fragment(href) for href in parser.links]
-    files = []
     login = urllib.parse.urlsplit(index_url)
-    for href, sha in links:
-        url = urllib.parse.urljoin(page, href)
+    if content_type == SIMPLE_JSON:
+        # a page may list ten thousand files (botocore's): each is read as cheaply as it can be, its name as the
+        # index gives it and an absolute URL (PyPI's) taken as it is
+        return [_index_file(page, login, f["url"], f.get("hashes", {}).get("sha256", ""), f.get("filename"))
+                for f in json.loads(body)["files"]]
+    parser = _Links()
+    parser.feed(body.decode("utf-8", "replace"))
+    return [_index_file(page, login, *_without_fragment(href)) for href in parser.links]
+
+
+def _index_file(page: str, login: urllib.parse.SplitResult, href: str, sha256: str,
+                filename: str | None = None) -> IndexFile:
+    url = href if href.startswith(("https://", "http://")) else urllib.parse.urljoin(page, href)
+    if login.username is not None:
         where = urllib.parse.urlsplit(url)
-        if login.username is not None and where.hostname == login.hostname:  # the index's files need its login too
+        if where.hostname == login.hostname:  # the index's files need its login too
             url = urllib.parse.urlunsplit((where.scheme, login.netloc, where.path, where.query, ""))
-        files.append(IndexFile(urllib.parse.unquote(url.rsplit("/", 1)[-1]), url, sha))
-    return files
+    return IndexFile(filename or urllib.parse.unquote(url.rsplit("/", 1)[-1]), url, sha256)
 
 
 def version_files(files: list[IndexFile], project: str, version: str) -> list[IndexFile]:
