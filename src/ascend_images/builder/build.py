@@ -395,7 +395,7 @@ class Builder:
         self._stages = list(plan.stages)
         with BuildServer(self.settings.inputs, cann_dir, artifacts_dir,
                          built_wheels=self.settings.built_wheels, wheel_store=self.settings.wheel_store) as server:
-            if not (self.settings.force or self.settings.nocache):  # forced builds take nothing from the cache
+            if not (self.settings.force or self.settings.nocache):  # forced or cache-less: every stage anew
                 self.native = NativeParts(
                     self.client, functools.partial(self._native_context, server=server),
                     lambda stage: all(need.tag in self.results for need in stage.needs), self._streams, self._lock,
