@@ -357,7 +357,7 @@ def leftovers(host) -> list[str]:
     found = host.check_output("find / -xdev \\( \\( -type d -name http-v2 -path '*pip*' \\) -o -name '*.run' "
                               "-o -name '.ascend-build.*' -o -name '.cann.*' -o -name netrc -o -name pip.conf "
                               "\\) -print 2>/dev/null || true")
-    return found.split()
+    return found.splitlines()  # one path a line: a path may hold a space
 
 
 def test_no_pip_cache(host):
