@@ -204,6 +204,10 @@ def test_run_build_makes_just_the_overlay_a_whole_build_would(docker_client, a3_
         assert below == a3_image  # over the image already here, not a chain of its own
         image = docker_client.images.get(overlay)
         assert probe in image.attrs["Config"]["Env"]
+        # an --env overlay alone keeps the default profile, production (ref000's level, written out by hand), and
+        # the `none` backend preloads no allocator
+        assert "ASCEND_GLOBAL_LOG_LEVEL=3" in image.attrs["Config"]["Env"]
+        assert not [e for e in image.attrs["Config"]["Env"] if e.startswith("LD_PRELOAD=")], image.attrs["Config"]
         assert image.labels.get(TEST_DOUBLE_LABEL)  # made from doubles below: never publishable either
         plan, results = build_ci_selection({**selection, "env": [probe]}, fake_cann_dir, build_secrets, work_dir,
                                            artifacts_dir=fake_artifacts_dir, jobs=1)
