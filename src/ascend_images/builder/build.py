@@ -7,13 +7,11 @@ it only once the build has succeeded, so a failed stage never gets a tag.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import functools
 import hashlib
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -26,13 +24,14 @@ import docker
 
 from ascend_images.builder.buildserver import BuildServer
 from ascend_images.builder.claims import claim, claims_dir
-from ascend_images.builder.engine import disk_full
+from ascend_images.builder.engine import disk_full, drop_build_connection
 from ascend_images.builder.native import NativeParts, later_locked_stages
 from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
 from ascend_images.builder.stagecache import StageCache
 from ascend_images.console import note
 from ascend_images.errors import BuildError, Interrupted
 from ascend_images.inputs.cache import default_built_wheels
+from ascend_images.inputs.download import with_login
 from ascend_images.inputs.pypi import PYPI_SIMPLE
 from ascend_images.inputs.sources import BuildInputs, Sources
 from ascend_images.inputs.wheelstore import WheelStore, default_store, stored_files
@@ -102,18 +101,6 @@ def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str
     return digest.hexdigest()
 
 
-def with_login(url: str, credentials: tuple[tuple[str, str, str], ...]) -> str:
-    """An index URL with the login the flags gave for its host (--torch-index-url's): the host fetches from it."""
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(url)
-    for host, login, password in credentials:
-        if host == parts.hostname:
-            userinfo = f"{urllib.parse.quote(login, safe='')}:{urllib.parse.quote(password, safe='')}"
-            return urllib.parse.urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, parts.query, ""))
-    return url
-
-
 def _claim_name(tag: str) -> str:
     return "tag-" + hashlib.sha256(tag.encode()).hexdigest()[:32]
 
@@ -128,22 +115,6 @@ def _build_args(context: Path, server: BuildServer, tools: tuple[str, ...]) -> d
     args = {"ASCEND_BUILD_SERVER": server.url, **({"INSTALLER": tools[0]} if tools else {})}
     declared = declared_args((context / "Dockerfile").read_text(encoding="utf-8"))
     return {k: v for k, v in args.items() if k in declared}
-
-
-def _drop_connection(stream: Any) -> None:
-    """End a build's HTTP connection from another thread: the engine then stops that build and removes its
-    container. A generator cannot be closed while another thread runs it, and closing a socket does not wake a
-    thread blocked reading it; shutting the socket down does. docker-py keeps the response in the frame of its
-    stream generator."""
-    frame = getattr(stream, "gi_frame", None)
-    response = frame.f_locals.get("response") if frame is not None else None
-    raw = getattr(response, "raw", None)
-    sock = getattr(getattr(raw, "_connection", None), "sock", None)
-    if sock is None:  # the connection was already handed back: reach the socket through the file object
-        sock = getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):  # already shut by the engine
-            sock.shutdown(socket.SHUT_RDWR)
 
 
 class Builder:
@@ -399,7 +370,7 @@ class Builder:
                 self.native = NativeParts(
                     self.client, functools.partial(self._native_context, server=server),
                     lambda stage: all(need.tag in self.results for need in stage.needs), self._streams, self._lock,
-                    _drop_connection, self._cancelled, self.log_dir, self.settings.work_dir, self.out)
+                    self._cancelled, self.log_dir, self.settings.work_dir, self.out)
             try:
                 if self.settings.jobs > 1:
                     self._build_parallel(plan, server)
@@ -458,7 +429,7 @@ class Builder:
                 self._cancelled.set()
                 with self._lock:
                     for stream in list(self._streams):
-                        _drop_connection(stream)
+                        drop_build_connection(stream)
                 stopped = [running[f].tag for f in running]
                 wait(running)
                 raise Interrupted(f"stopped {', '.join(stopped) or 'between stages'}; no tag was set for them, "

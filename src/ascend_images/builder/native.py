@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ascend_images.builder.engine import drop_build_connection
 from ascend_images.builder.progress import StageProgress, fmt_seconds
 from ascend_images.stages.stage import Stage
 
@@ -49,12 +50,11 @@ class NativeParts:
 
     def __init__(self, client: Any, prepare: Callable[[Stage, Path], tuple[Path, dict[str, str]]],
                  ready: Callable[[Stage], bool], streams: set[Any], lock: threading.Lock,
-                 drop: Callable[[Any], None], cancelled: threading.Event, log_dir: Path, work_dir: Path,
-                 out: Callable[[str], None]):
+                 cancelled: threading.Event, log_dir: Path, work_dir: Path, out: Callable[[str], None]):
         self.client = client
         self.prepare = prepare  # (stage, scratch dir) -> (its context directory, its build args)
         self.ready = ready  # whether the stage's needed tools are built (their ids are its build args)
-        self.streams, self.lock, self.drop = streams, lock, drop
+        self.streams, self.lock = streams, lock
         self.cancelled = cancelled  # Ctrl-C in a parallel build: it dropped every stream, this one's too
         self.log_dir, self.work_dir, self.out = log_dir, work_dir, out
         self.jobs: dict[str, NativeJob] = {}
@@ -88,7 +88,7 @@ class NativeParts:
             self.wakeup.notify_all()
         with self.lock:
             if self.current is not None:
-                self.drop(self.current)
+                drop_build_connection(self.current)
         if self.thread is not None:
             self.thread.join(timeout=10)  # a download still going ends with the process (a daemon thread)
 

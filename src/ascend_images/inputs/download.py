@@ -42,6 +42,16 @@ def host_cache(name: str, override_env: str | None = None) -> Path:
     return Path(override) if override else Path.home() / ".cache" / "ascend-images" / name
 
 
+def with_login(url: str, credentials: tuple[tuple[str, str, str], ...]) -> str:
+    """An index URL with the login the flags gave for its host (--torch-index-url's): the host fetches from it."""
+    parts = urllib.parse.urlsplit(url)
+    for host, login, password in credentials:
+        if host == parts.hostname:
+            userinfo = f"{urllib.parse.quote(login, safe='')}:{urllib.parse.quote(password, safe='')}"
+            return urllib.parse.urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, parts.query, ""))
+    return url
+
+
 def without_credentials(url: str) -> tuple[str, dict[str, str]]:
     """A URL's user:password as a basic Authorization header, and the URL without them (urllib sends neither
     otherwise): a private index's files are fetched on the host, never in a build."""
