@@ -14,7 +14,6 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.model.license import DisjunctiveLicense, LicenseExpression
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from ascend_images.errors import AscendImagesError
@@ -106,6 +105,10 @@ def build_sbom(inv: Inventory, pins: Mapping[str, Pin]) -> Bom:
 
 def sbom_json(bom: Bom) -> str:
     """The BOM as CycloneDX 1.6 JSON, validated against CycloneDX's schema before it is returned."""
+    # imported here: jsonschema's format checks compile rfc3987-syntax's grammars on import, 3 s of CPU that every
+    # process importing this module (published-refs, npu-gate, verify) would pay for a check only this function makes
+    from cyclonedx.validation.json import JsonStrictValidator
+
     text = JsonV1Dot6(bom).output_as_string(indent=2)
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if error is not None:
