@@ -133,12 +133,13 @@ LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-# --- two pytest-xdist workers (CI: `-n 2`; addopts: `--dist loadgroup`): an emulated check keeps one core busy,
-# and this machine has two. A worker runs a whole group: one image's checks (its container and its one torch import
-# are set up once), or one module's tests, split by whether they need the CI images. The first group is test_build's:
-# its worker builds the CI images from the start, while the other runs the groups that need none (those on the
-# emulated base that first worker is building come last, so they seldom wait for it); then both share the rest,
-# the long groups first and the image groups last, to fill the gaps at the end.
+# --- three pytest-xdist workers on two cores (CI: `-n 3`; addopts: `--dist loadgroup`): an emulated check keeps one
+# core busy, and the waits on the engine, registries and the network leave room for a third. A worker runs a whole
+# group: one image's checks (its container and its one torch import are set up once), or one module's tests, split by
+# whether they need the CI images. The first group is test_build's: its worker builds the CI images from the start,
+# while the others run the groups that need none (those on the emulated base that first worker is building come last,
+# so they seldom wait for it); then all share the rest, the long groups first and the image groups last, to fill the
+# gaps at the end.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 NEEDS_CI_IMAGES = {"ci_builds", "ci_images"}
 BUILDS_FIRST = "tests.integration.test_build:ci"
