@@ -88,10 +88,18 @@ def test_invoke_run_manual_mode_streams_and_returns_the_exit_code(a3_image, tmp_
 
 
 @pytest.fixture
-def engine_with_the_runtime_double(docker_client, a3_image, tmp_path_factory):
+def a3_cann_image(ci_builds) -> str:
+    """The CANN stage under `a3_image`: the same entrypoint, environment and labels, half the bytes (no torch) to
+    copy into a second engine."""
+    return next(stage.tag for plan, _ in ci_builds for stage in plan.stages
+                if stage.kind == "cann" and "-a3-" in stage.tag)
+
+
+@pytest.fixture
+def engine_with_the_runtime_double(docker_client, a3_cann_image, tmp_path_factory):
     """A second, empty engine of the test's own with the test-double `ascend` runtime registered (dockerd
-    `--add-runtime`), and the A3 image loaded. The host's engine never has the double: there, `invoke run --mode
-    runtime` must find the real Ascend Docker Runtime or say it is missing."""
+    `--add-runtime`), and the A3 CANN image loaded. The host's engine never has the double: there, `invoke run
+    --mode runtime` must find the real Ascend Docker Runtime or say it is missing."""
     import tempfile
 
     from tests.fixtures.small_engine import SmallEngine
@@ -101,19 +109,19 @@ def engine_with_the_runtime_double(docker_client, a3_image, tmp_path_factory):
                          extra_args=("--add-runtime", f"ascend={runtime}"))
     try:
         engine.start()
-        engine.load_from_host(a3_image)
+        engine.load_from_host(a3_cann_image)
         yield engine
     finally:
         engine.stop()
 
 
-def test_invoke_run_runtime_mode_starts_through_the_ascend_runtime(engine_with_the_runtime_double, a3_image):
+def test_invoke_run_runtime_mode_starts_through_the_ascend_runtime(engine_with_the_runtime_double, a3_cann_image):
     engine = engine_with_the_runtime_double
     log = Path("/run/ascend-images-test-runtime.log")  # where the double records
     before = log.read_text() if log.exists() else ""
     show = "echo visible=$ASCEND_VISIBLE_DEVICES rt=$ASCEND_RT_VISIBLE_DEVICES"
     env = {**os.environ, "DOCKER_HOST": engine.host}
-    result = subprocess.run(invoke_run("--image", a3_image, "--devices", "0-1,3", "--mode", "runtime", "--",
+    result = subprocess.run(invoke_run("--image", a3_cann_image, "--devices", "0-1,3", "--mode", "runtime", "--",
                                        "sh", "-c", show),
                             cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
