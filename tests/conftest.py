@@ -152,12 +152,17 @@ X86_CHAIN_MODULES = {"tests.integration.test_robustness", "tests.integration.tes
                      "tests.integration.test_secret_flags"}
 
 
+# They push the CI torch images to this worker's registry: one worker runs them, so each image is compressed and
+# uploaded once (53 s of the engine's CPU for the A3 one) and then mounted from the repository that has it.
+PUSHES_CI_IMAGES = {"tests.integration.test_publish", "tests.integration.test_attest"}
+
+
 def _group(item) -> str:
     image = item.callspec.params.get("image") if hasattr(item, "callspec") else None
     if image and item.path.parent.name == "image":
         return f"image:{image}"
     if NEEDS_CI_IMAGES & set(item.fixturenames):
-        return f"{item.module.__name__}:ci"
+        return "registry-pushes:ci" if item.module.__name__ in PUSHES_CI_IMAGES else f"{item.module.__name__}:ci"
     return "x86_64-chains" if item.module.__name__ in X86_CHAIN_MODULES else item.module.__name__
 
 

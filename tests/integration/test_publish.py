@@ -180,7 +180,9 @@ def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_bu
     merge job writes them: where no engine answers, from what the per-arch step pushed."""
     from tests.conftest import AUTH_PASSWORD, AUTH_USER
 
-    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **SELECTION)
+    # one device: the subject is where credentials go, and a registry of its own is an upload of every layer (each
+    # device's torch image costs the engine about a minute of CPU compressing)
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, device="a3", backend="none")
     kwargs = {"registry": f"{auth_registry.host}/ascend", "namespace": TEST_NAMESPACE,
               "report_path": auth_registry.root / "report.json", "allow_test_double": True}
     lines: list[str] = []
@@ -200,7 +202,7 @@ def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_bu
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     report = publish_selection(sel, lines.append, only="lists", **kwargs)  # through the registry API
     lists = [ref for ref in report["tags"] if ref.endswith("-py3.11")]
-    assert len(lists) == 2, report
+    assert len(lists) == 1, report
     client = RegistryClient(auth_registry.host)  # authenticates with the environment's credentials
     for ref in lists:
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
