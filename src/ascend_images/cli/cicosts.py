@@ -109,7 +109,7 @@ def costs_table(root: Path = PROJECT_ROOT) -> str:
             other = next((x for x in data[r]["rows"] if x["selection"] == selection), None)
             cells.append(f"{_minutes(other['build_s'])} / {_minutes(other['checks_s'])}" if other else "-")
         lines.append(f"| {images} | {' | '.join(cells)} |")
-    lines.append("| every other test (no image of its own; run beside the builds on the second worker) | "
+    lines.append("| every other test (no image of its own; run beside the builds on the other workers) | "
                  + " | ".join(f"- / {_minutes(data[r]['other_checks_s'])}" for r in runs) + " |")
     lines.append("")
     for r in runs:
