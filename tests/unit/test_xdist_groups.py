@@ -18,14 +18,19 @@ def test_this_test_carries_its_modules_group(request):
         request.node.nodeid
 
 
-def test_the_modules_building_x86_64_chains_share_one_group(request):
+def groups_of(request, *modules: str) -> dict[str, str]:
+    """test node id (without its group) -> group, for the collected tests of `modules`."""
     if not XDIST_WORKER:
         pytest.skip("not on an xdist worker: the groups only matter with -n (CI runs -n 3)")
-    modules = ("tests/integration/test_robustness.py::", "tests/integration/test_wheelhouse_x86.py::")
     ids = [item.nodeid for item in request.session.items if item.nodeid.startswith(modules)]
     if not ids:
         pytest.skip("neither module was collected in this run")
-    groups = dict(nodeid.split("::", 1)[1].rsplit("@", 1) for nodeid in ids)
+    return dict(nodeid.rsplit("@", 1) for nodeid in ids)
+
+
+def test_the_modules_building_x86_64_chains_share_one_group(request):
+    found = groups_of(request, "tests/integration/test_robustness.py::", "tests/integration/test_wheelhouse_x86.py::")
+    groups = {test.split("::", 1)[1]: group for test, group in found.items()}
     # the one test that needs the CI images (a registry that is not there) stays with the CI images' groups
     assert groups.pop("test_unreachable_registry") == "tests.integration.test_robustness:ci"
     assert set(groups.values()) == {"x86_64-chains"}, groups
@@ -34,13 +39,7 @@ def test_the_modules_building_x86_64_chains_share_one_group(request):
 def test_the_modules_pushing_the_ci_images_share_one_group(request):
     """Each worker has a registry of its own: on one worker, an image test_publish pushed is mounted by test_attest's
     pushes, not compressed and uploaded again."""
-    if not XDIST_WORKER:
-        pytest.skip("not on an xdist worker: the groups only matter with -n (CI runs -n 3)")
-    modules = ("tests/integration/test_publish.py::", "tests/integration/test_attest.py::")
-    ids = [item.nodeid for item in request.session.items if item.nodeid.startswith(modules)]
-    if not ids:
-        pytest.skip("neither module was collected in this run")
-    groups = {nodeid.split("@", 1)[0]: nodeid.rsplit("@", 1)[1] for nodeid in ids}
+    groups = groups_of(request, "tests/integration/test_publish.py::", "tests/integration/test_attest.py::")
     # those that push (they need the CI images) are in one group; the rest need no image and no registry
     pushing = {test: group for test, group in groups.items() if group.endswith(":ci")}
     assert pushing and set(pushing.values()) == {"registry-pushes:ci"}, groups
