@@ -17,6 +17,7 @@ from typing import TextIO
 
 from ascend_images.console import progress_stream
 from ascend_images.errors import AscendImagesError
+from ascend_images.inputs.https import urlopen
 
 PARTIAL_DIR = ".partial"
 CHUNK = 1 << 20
@@ -152,7 +153,7 @@ def _attempt(req: Request, partial: Path, policy: Policy, progress: Progress) ->
     if have:
         headers["Range"] = f"bytes={have}-"
     try:
-        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=policy.timeout)
+        response = urlopen(urllib.request.Request(url, headers=headers), timeout=policy.timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # nothing left to send: what we hold is the whole file
             return

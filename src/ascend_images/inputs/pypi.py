@@ -23,6 +23,7 @@ from ascend_images.inputs.download import (
     sha256_file,
     without_credentials,
 )
+from ascend_images.inputs.https import urlopen
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 # PEP 691: the same page as JSON, which an index that has it (PyPI, devpi, Artifactory) sends when asked first. Parsed
@@ -109,7 +110,7 @@ def index_files(index_url: str, project: str, timeout: float = 60) -> list[Index
     for attempt in range(1, INDEX_ATTEMPTS + 1):
         try:
             request = urllib.request.Request(page, headers={**auth, "Accept": SIMPLE_ACCEPT})
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urlopen(request, timeout=timeout) as response:
                 content_type, body = response.headers.get_content_type(), response.read()
             break
         except urllib.error.HTTPError as exc:

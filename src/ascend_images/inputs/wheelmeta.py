@@ -14,6 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from ascend_images.errors import AscendImagesError
+from ascend_images.inputs.https import urlopen
 
 TAIL = 1 << 16  # the end of central directory record, the comment and most wheels' directories
 
@@ -33,7 +34,7 @@ class WheelMetadata:
 def _get(url: str, byte_range: str | None, timeout: float) -> tuple[int, bytes]:
     headers = {"User-Agent": "ascend-images", **({"Range": f"bytes={byte_range}"} if byte_range else {})}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
+        with urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         raise WheelMetadataError(f"{url}: HTTP {exc.code}") from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascend_images.errors import AscendImagesError
+from ascend_images.inputs.https import urlopen
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -103,7 +104,7 @@ class RegistryClient:
             headers["Authorization"] = self._tokens[repo]
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urlopen(request, timeout=self.timeout) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 401 and repo not in self._tokens and self._authorize(repo, exc.headers):
@@ -132,7 +133,7 @@ class RegistryClient:
             query = urllib.parse.urlencode({k: v for k, v in params.items() if k in ("service", "scope")}
                                            | {"scope": f"repository:{repo}:pull,push"})
             request = urllib.request.Request(f"{params['realm']}?{query}", headers={"Authorization": basic})
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urlopen(request, timeout=self.timeout) as response:
                 token = json.loads(response.read())
             self._tokens[repo] = f"Bearer {token.get('token') or token.get('access_token')}"
             return True
