@@ -4,6 +4,7 @@ with its sha256 and whether pins.yaml pins it. Test doubles are named as such.""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Mapping
@@ -40,11 +41,19 @@ def _licenses(texts) -> list:
     return [DisjunctiveLicense(name=t) for t in texts]
 
 
-def _looks_spdx(text: str) -> bool:
+@functools.cache
+def _spdx_licensing():
+    """license-expression's SPDX licensing, built once per process: it reads the licence index and builds its matcher
+    anew on every call (24 ms of CPU), and an image lists hundreds of packages."""
     from license_expression import get_spdx_licensing
 
+    return get_spdx_licensing()
+
+
+@functools.lru_cache(maxsize=4096)
+def _looks_spdx(text: str) -> bool:
     try:
-        parsed = get_spdx_licensing().parse(text, validate=True, strict=True)
+        parsed = _spdx_licensing().parse(text, validate=True, strict=True)
     except Exception:  # the library raises several kinds for a text that is no expression
         return False
     return parsed is not None
