@@ -334,21 +334,13 @@ def ci_images(ci_builds) -> list[str]:
 
 
 # --- a real registry on loopback (Debian's docker-registry), which tests may stop and restart ----------
-def _local_registry(tmp_path, docker_client, users: dict[str, str] | None = None):
+def _registry_binary() -> None:
     import shutil
-
-    from tests.fixtures.registry import LocalRegistry
 
     if shutil.which("docker-registry") is None and not Path("/usr/bin/docker-registry").exists():
         if IN_CI:
             pytest.fail("CI=true but docker-registry is not installed (apt-get install docker-registry)")
         pytest.skip("docker-registry is not installed")
-    reg = LocalRegistry(tmp_path / "registry", users)
-    reg.start()
-    yield reg
-    reg.stop()
-    # the engine keeps a tag per push and pull; this registry's port is gone after the test, so are they
-    remove_tags(docker_client, f"{reg.host}/", noprune=True)
 
 
 def remove_tags(docker_client, prefix: str, **remove_kwargs) -> None:
@@ -361,31 +353,56 @@ def remove_tags(docker_client, prefix: str, **remove_kwargs) -> None:
 
 
 @pytest.fixture(scope="session")
-def shared_registry(tmp_path_factory, docker_client):
-    yield from _local_registry(tmp_path_factory.mktemp("shared-registry"), docker_client)
+def kept_registries(tmp_path_factory, docker_client):
+    """The registries this worker's tests push to, one per xdist group, each kept on this host across runs
+    (~/.cache/ascend-images/test/registries/<group>: tests/fixtures/registry.py says why), started when first asked
+    for. Tests use them through prefixes of their own (`registry`), so what earlier runs left is never theirs."""
+    from ascend_images.inputs.download import host_cache
+    from tests.fixtures.registry import LocalRegistry, kept_registry
+
+    started: dict[str, LocalRegistry] = {}
+
+    def get(name: str, users: dict[str, str] | None = None) -> LocalRegistry:
+        if name not in started:
+            _registry_binary()
+            reg = kept_registry(host_cache("test") / "registries" / name, users)
+            if reg is None:  # another run on this host holds it: a registry of this session's own
+                reg = LocalRegistry(tmp_path_factory.mktemp(f"registry-{name}"), users)
+            reg.start()
+            started[name] = reg
+        return started[name]
+
+    yield get
+    for reg in started.values():
+        reg.close()
+        remove_tags(docker_client, f"{reg.host}/", noprune=True)
 
 
-@pytest.fixture
-def registry(shared_registry, tmp_path, docker_client):
-    """This test's own repositories (a prefix of its own) in the registry this worker's tests share."""
+def _area(registry, tmp_path, docker_client):
     import uuid
 
     from tests.fixtures.registry import RegistryArea
 
-    area = RegistryArea(shared_registry, f"t{uuid.uuid4().hex[:10]}", tmp_path)
+    area = RegistryArea(registry, f"t{uuid.uuid4().hex[:10]}", tmp_path)
     yield area
-    if shared_registry.process is None:  # a test that stopped it and failed before starting it again
-        shared_registry.start()
+    if registry.process is None:  # a test that stopped it and failed before starting it again
+        registry.start()
     remove_tags(docker_client, f"{area.namespace}/", noprune=True)
+
+
+@pytest.fixture
+def registry(kept_registries, request, tmp_path, docker_client):
+    """This test's own repositories (a prefix of its own) in the registry its xdist group shares."""
+    yield from _area(kept_registries(_group(request.node).replace(":", "-")), tmp_path, docker_client)
 
 
 AUTH_USER, AUTH_PASSWORD = "publisher", "s3cret-for-tests"
 
 
 @pytest.fixture
-def auth_registry(tmp_path, docker_client):
-    """A second registry that requires basic authentication (htpasswd, bcrypt)."""
-    yield from _local_registry(tmp_path, docker_client, {AUTH_USER: AUTH_PASSWORD})
+def auth_registry(kept_registries, tmp_path, docker_client):
+    """This test's own repositories in a second registry, which requires basic authentication (htpasswd, bcrypt)."""
+    yield from _area(kept_registries("authentication", {AUTH_USER: AUTH_PASSWORD}), tmp_path, docker_client)
 
 
 # --- an x86_64 variant that builds natively in minutes: torch 2.13.0+cpu from a local wheelhouse -----------------
