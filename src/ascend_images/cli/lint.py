@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ascend_images import console
 from ascend_images.checkout import ROOT as PROJECT_ROOT
+from ascend_images.cli.hadolint import hadolint_findings
 from ascend_images.cli.options import Selection, SourceFlags, output_path
 from ascend_images.cli.taskdef import MATRIX_HELP, exit_with, run_body, task
 from ascend_images.console import Steps, fmt_seconds
@@ -57,15 +58,15 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Ste
     if hadolint is None:
         raise AscendImagesError("hadolint is not installed: pip install -e '.[lint]'")
     with steps.step(f"hadolint ({len(dockerfiles)} Dockerfiles)"):
-        result = subprocess.run([hadolint, "--failure-threshold", "error", "--no-color", *map(str, dockerfiles)],
-                                capture_output=True, text=True)
-    findings = [line for line in result.stdout.splitlines() if line.strip()]
+        result = hadolint_findings(hadolint, dockerfiles)
+    findings = result.findings
     errors = [line for line in findings if " error:" in line]
     warnings = [line for line in findings if line not in errors]
     for line in errors + (warnings if console.is_verbose() else []):
         out(line)
     out(f"hadolint: {len(errors)} errors, {len(warnings)} warnings/infos on {len(dockerfiles)} rendered Dockerfiles "
-        f"({len(variants)} variants, CANN sources url and image)")
+        f"({len(variants)} variants, CANN sources url and image; {result.linted} read by hadolint this run, the rest "
+        "known by their text)")
     status |= result.returncode
     with steps.step("rendered/"):
         result, directory = drift(sel.matrix_path)
