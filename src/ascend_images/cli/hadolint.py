@@ -34,7 +34,6 @@ def hadolint_findings(hadolint: str, dockerfiles: list[Path], cache: Path | None
     for path, key in keys.items():
         if not kept[key].is_file():
             first.setdefault(key, path)
-    returncode = 0
     if first:
         result = subprocess.run([hadolint, "--failure-threshold", "error", "--no-color", *map(str, first.values())],
                                 capture_output=True, text=True)
@@ -42,15 +41,13 @@ def hadolint_findings(hadolint: str, dockerfiles: list[Path], cache: Path | None
         if result.returncode != 0 and not any(" error:" in line for line in lines):
             # not a finding hadolint reports but a failure of its own: as it said it, nothing kept
             return HadolintRun(lines + result.stderr.strip().splitlines(), result.returncode, len(first))
-        returncode = result.returncode
         cache.mkdir(parents=True, exist_ok=True)
         for key, path in first.items():
             own = [FILE + line[len(str(path)):] for line in lines if line.startswith(f"{path}:")]
             partial = kept[key].with_suffix(".part")
             partial.write_text("".join(f"{line}\n" for line in own))
             partial.replace(kept[key])
-    findings = [line.replace(FILE, str(path), 1) for path, key in keys.items()
-                for line in kept[key].read_text().splitlines()]
-    if any(" error:" in line for line in findings):
-        returncode = returncode or 1
-    return HadolintRun(findings, returncode, len(first))
+    known = {key: file.read_text().splitlines() for key, file in kept.items()}
+    findings = [line.replace(FILE, str(path), 1) for path, key in keys.items() for line in known[key]]
+    # hadolint's own verdict at --failure-threshold error, the same from a fresh run as from what is kept
+    return HadolintRun(findings, int(any(" error:" in line for line in findings)), len(first))
