@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a Debian/Ubuntu build host from nothing: Docker engine, debootstrap, arm64 emulation, the
-# project and its test tools in a venv of its own (scripts/setup-venv.sh), and the local OS base images. Safe to run
-# again: it skips what is done.
+# Sets up a Debian/Ubuntu build host from nothing: debootstrap, arm64 emulation, the project and its test tools in a
+# venv of its own (scripts/setup-venv.sh), a Docker engine >= 26 with buildx and the containerd image store
+# (scripts/setup-engine.sh), and the local OS base images. Safe to run again: it skips what is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log_dir=build/logs
@@ -11,9 +11,8 @@ step() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 need=()
 # (shellcheck is what actionlint runs on the workflow's run: scripts)
 # (gcc and binutils: the tests compile the CANN stub libraries and read wheels' symbols with readelf)
-for pkg in docker.io debootstrap qemu-user-static binfmt-support docker-registry shellcheck gcc libc6-dev binutils; do
-  # a host with a Docker engine of its own (docker-ce, a CI runner's) keeps it
-  [ "$pkg" = docker.io ] && command -v dockerd >/dev/null 2>&1 && continue
+# (the engine is scripts/setup-engine.sh's, below: which packages it takes depends on the host)
+for pkg in debootstrap qemu-user-static binfmt-support docker-registry shellcheck gcc libc6-dev binutils; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -33,12 +32,9 @@ if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && [ "$(uname -m)" != aarch64 
   update-binfmts --enable qemu-aarch64
 fi
 
-if ! docker info >/dev/null 2>&1; then
-  step "starting dockerd (log $log_dir/dockerd.log)"
-  nohup dockerd >"$log_dir/dockerd.log" 2>&1 &
-  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-  docker info >/dev/null 2>&1 || { tail -20 "$log_dir/dockerd.log"; echo "dockerd did not start" >&2; exit 1; }
-fi
+# the engine: dockerd >= 26 with buildx and the containerd image store, installed, configured and started when it is
+# not (a running engine is restarted only with ASCEND_IMAGES_ENGINE_RESTART=1: the script says so and stops)
+bash scripts/setup-engine.sh
 
 # The `ascend` runtime test double (tests/fixtures/ascend_runtime) is registered only on the test's own engine:
 # on this host's engine a fake would let `invoke run --mode runtime` pass its check. Earlier versions of this script
