@@ -251,19 +251,39 @@ def build_secrets(work_dir: Path) -> dict[str, Path | str]:
     return {"ca": ca, "netrc": netrc, "marker": marker}
 
 
-def debian12_os_image(docker_client, arch: str) -> str:
-    """The debootstrap OS image for `arch`, made once even when two xdist workers ask at the same moment."""
+def _os_image_once(docker_client, tag: str, make) -> str:
+    """`tag`, made by `make()` unless the engine has it, once even when two xdist workers ask at the same moment."""
     from ascend_images.builder.claims import claim, claims_dir
     from ascend_images.builder.engine import image_exists
+
+    with claim(claims_dir(docker_client.info().get("ID", "engine")), f"os-image-{tag.replace('/', '_')}", tag,
+               lambda line: print(line, file=sys.stderr)):
+        if not image_exists(docker_client, tag):
+            make()
+    return tag
+
+
+def debian12_os_image(docker_client, arch: str) -> str:
+    """The debootstrap OS image for `arch`, made once even when two xdist workers ask at the same moment."""
     from ascend_images.cli.build import make_os_image
     from ascend_images.inputs.osimage import local_os_image
 
     tag = local_os_image("debian12", {"aarch64": "arm64", "x86_64": "amd64"}[arch])
-    with claim(claims_dir(docker_client.info().get("ID", "engine")), f"os-image-{tag.replace('/', '_')}", tag,
-               lambda line: print(line, file=sys.stderr)):
-        if not image_exists(docker_client, tag):
-            make_os_image(str(ROOT / "matrix.yaml"), "debian12", arch, print)
-    return tag
+    return _os_image_once(docker_client, tag,
+                          lambda: make_os_image(str(ROOT / "matrix.yaml"), "debian12", arch, print))
+
+
+def debian13_os_image(docker_client, matrix: Matrix) -> str:
+    """A stock Debian 13 (trixie) root, amd64, for the set-up tests (scripts/setup-venv.sh and setup-engine.sh on the
+    other Debian README names): debootstrap minbase as `invoke os-image` makes debian12's, from the matrix's Debian
+    mirror, with a spec of its own, since trixie is no OS the matrix builds images for. Made once per host, then
+    kept and reused like the debian12 images."""
+    from ascend_images.inputs.osimage import OsImageSpec, make_os_image
+
+    mirror = matrix.spec.os["debian12"].debootstrap.mirror
+    spec = OsImageSpec("debian13", "x86_64", "amd64", "trixie", mirror, stock_mirror=mirror)
+    return _os_image_once(docker_client, spec.tag,
+                          lambda: make_os_image(docker_client, spec, ROOT / "build" / "logs"))
 
 
 @pytest.fixture(scope="session")
@@ -540,6 +560,11 @@ def wheelhouse(tmp_path_factory, work_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def os_image_amd64(docker_client) -> str:
     return debian12_os_image(docker_client, "x86_64")
+
+
+@pytest.fixture(scope="session")
+def os_image_debian13_amd64(docker_client, matrix) -> str:
+    return debian13_os_image(docker_client, matrix)
 
 
 @pytest.fixture(scope="session")

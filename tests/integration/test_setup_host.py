@@ -5,11 +5,18 @@ script must make a venv of its own and never touch the system's Python.
 
 The root is the native-arch debootstrap image the other tests use, run with the host's network; the checkout is
 copied in (this tree, as a fresh clone holds it). pip inside trusts the host's CA bundle: this machine reaches PyPI
-through a TLS proxy (the same bundle builds get)."""
+through a TLS proxy (the same bundle builds get).
+
+Issue 52: the same on a stock Debian 13 root (trixie's python3 is 3.13), and scripts/setup-engine.sh --packages-only,
+the engine part of set-up, in both roots and in a Debian 12 root holding the old engine an earlier set-up installed
+(bookworm's docker.io 20.10): dockerd >= 26 and buildx afterwards, nothing started, and on Debian 12 only trixie's
+four engine packages from trixie (libc6 and everything else bookworm's). What the script does to a running engine
+(daemon.json, a restart only when allowed) is tested against a fake engine: no dockerd runs in these containers."""
 
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import tarfile
 
@@ -33,21 +40,43 @@ def checkout_tar() -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture(scope="module")
-def debian_root(docker_client, os_image_amd64):
-    """A container of the stock root with Debian's python3 added, the checkout in /src/ascend-images."""
+def stock_root(docker_client, image: str, packages: str = "python3"):
+    """A container of the stock root `image` with Debian's `packages` added (no service started: there is no init
+    here), the checkout in /src/ascend-images."""
     container = docker_client.containers.run(
-        os_image_amd64, ["sleep", "infinity"], detach=True, network_mode="host", remove=True,
+        image, ["sleep", "infinity"], detach=True, network_mode="host", remove=True,
         volumes={str(HOST_CA): {"bind": "/host-ca.pem", "mode": "ro"}},
         environment={"PIP_CERT": "/host-ca.pem", "DEBIAN_FRONTEND": "noninteractive"})
     try:
-        installed = container.exec_run(["sh", "-c", "apt-get update -qq && apt-get install -y -qq python3 >/dev/null"])
+        installed = container.exec_run(["sh", "-c", f"""
+            set -e
+            printf '#!/bin/sh\\nexit 101\\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+            apt-get update -qq && apt-get install -y -qq {packages} >/dev/null
+            rm /usr/sbin/policy-rc.d"""])
         assert installed.exit_code == 0, installed.output.decode()[-2000:]
         container.exec_run(["mkdir", "-p", "/src"])
         assert container.put_archive("/src", checkout_tar())
         yield container
     finally:
         container.kill()
+
+
+@pytest.fixture(scope="module")
+def debian_root(docker_client, os_image_amd64):
+    """A container of the stock Debian 12 root with Debian's python3 added, the checkout in /src/ascend-images."""
+    yield from stock_root(docker_client, os_image_amd64)
+
+
+@pytest.fixture(scope="module")
+def trixie_root(docker_client, os_image_debian13_amd64):
+    """The same of a stock Debian 13 root (debootstrap trixie minbase)."""
+    yield from stock_root(docker_client, os_image_debian13_amd64)
+
+
+@pytest.fixture(scope="module")
+def old_engine_root(docker_client, os_image_amd64):
+    """A stock Debian 12 root with bookworm's docker.io 20.10, which scripts/setup-host.sh installed before issue 52."""
+    yield from stock_root(docker_client, os_image_amd64, "--no-install-recommends docker.io")
 
 
 def sh(container, script: str, workdir: str = "/src/ascend-images") -> tuple[int, str]:
@@ -90,3 +119,237 @@ def test_setup_runs_again_without_redoing_anything(debian_root):
     code, said = sh(debian_root, "bash scripts/setup-venv.sh 2>&1")
     assert code == 0, said[-3000:]
     assert "apt-get install" not in said and "-m venv" not in said
+
+
+def test_setup_on_debian13_makes_its_venv_and_the_commands_work(trixie_root):
+    """Trixie's python3 is 3.13: the project installs and runs on it, as on Debian 12's 3.11."""
+    assert sh(trixie_root, "python3 --version")[1].startswith("Python 3.13.")
+    code, said = sh(trixie_root, "python3 -m pip --version")
+    assert code != 0 and "No module named pip" in said
+    code, said = sh(trixie_root, "bash scripts/setup-venv.sh 2>&1")
+    assert code == 0, said[-3000:]
+    assert "apt-get install python3-venv" in said and "python ready: Python 3.13." in said
+    code, said = sh(trixie_root, "ascend-images env --device a3 --json", workdir="/tmp")
+    assert code == 0, said
+    assert '"variant": "cann9.1.0-pt2.10.0/a3/none/debian12/aarch64/system"' in said
+    code, _ = sh(trixie_root, "python3 -c 'import ascend_images'")
+    assert code != 0  # the system's Python untouched
+
+
+# --- the engine (issue 52): scripts/setup-engine.sh --packages-only ------------------------------------------------
+TRIXIE_FOUR = {"docker.io", "docker-cli", "docker-buildx", "containerd"}
+
+
+def installed_packages(container) -> dict[str, str]:
+    code, said = sh(container, "dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n'")
+    assert code == 0, said
+    return {name: version for status, name, version in (line.split() for line in said.splitlines())
+            if status == "ii"}
+
+
+def suites_of(container, versions: dict[str, str]) -> dict[str, set[str]]:
+    """For each package, the suites (bookworm, trixie...) whose archive offers its installed version."""
+    code, said = sh(container, "apt-cache madison " + " ".join(sorted(versions)))
+    assert code == 0, said
+    suites: dict[str, set[str]] = {name: set() for name in versions}
+    for line in said.splitlines():
+        name, version, where = (part.strip() for part in line.split("|"))
+        if versions.get(name) == version and where.endswith(" Packages"):
+            suites[name].add(where.split()[1].split("/")[0])
+    return suites
+
+
+def engine_versions(container) -> tuple[str, str]:
+    """dockerd's and buildx's versions, as the packages installed them (no engine runs)."""
+    code, said = sh(container, "dockerd --version")
+    assert code == 0, said
+    engine = re.match(r"Docker version (\d+\.\d+)", said)
+    assert engine, said
+    code, said = sh(container, "docker buildx version")
+    assert code == 0 and said.startswith("github.com/docker/buildx "), said
+    return engine.group(1), said.split()[1]
+
+
+def assert_nothing_started(container) -> None:
+    """--packages-only: no dockerd started (by the script or by the packages' scripts), no daemon.json written, and
+    the temporary policy-rc.d that kept the packages from starting services is gone."""
+    assert sh(container, "pidof dockerd containerd")[0] != 0
+    assert sh(container, "test -e /etc/docker/daemon.json || test -e /usr/sbin/policy-rc.d")[0] != 0
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
+    return {name: version for name, version in after.items() if before.get(name) != version}
+
+
+def test_engine_packages_on_debian12_come_from_trixie_and_nothing_else(debian_root):
+    before = installed_packages(debian_root)
+    code, said = sh(debian_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
+    assert code == 0, said[-3000:]
+    assert "Debian 12 has docker.io 20.10" in said and "engine packages ready: dockerd 26." in said, said
+    engine, buildx = engine_versions(debian_root)
+    assert tuple(map(int, engine.split("."))) >= (26, 0), engine
+    assert tuple(map(int, buildx.split(".")[:2])) >= (0, 13), buildx
+    assert_nothing_started(debian_root)
+    after = installed_packages(debian_root)
+    new = changed(before, after)
+    assert not {name for name in new if name in before}, f"upgraded: {new}"  # a stock root: nothing upgraded
+    suites = suites_of(debian_root, new)
+    assert all(suites.values()), f"installed versions no suite offers: {suites}"
+    from_trixie = {name for name, where in suites.items() if "bookworm" not in where}
+    assert from_trixie == TRIXIE_FOUR, f"from trixie: {sorted(from_trixie)}; all new: {new}"
+    # libc stays bookworm's (trixie's packages need >= 2.34; bookworm has 2.36)
+    code, said = sh(debian_root, "apt-cache policy libc6")
+    assert re.search(r"Installed: 2\.36-", said) and after["libc6"] == before["libc6"], said
+    assert "bookworm" in suites_of(debian_root, {"libc6": after["libc6"]})["libc6"], said
+
+
+def test_engine_packages_on_debian12_again_install_nothing(debian_root):
+    before = installed_packages(debian_root)
+    code, said = sh(debian_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
+    assert code == 0, said[-3000:]
+    assert "engine kept: dockerd 26." in said and "apt-get" not in said, said
+    assert installed_packages(debian_root) == before
+
+
+def test_engine_packages_on_debian12_upgrade_the_old_engine(old_engine_root):
+    """Bookworm's docker.io 20.10 (what set-up installed before) is upgraded to trixie's, saying so; its
+    containerd with it, and the CLI and buildx added: still only those four from trixie."""
+    code, said = sh(old_engine_root, "dockerd --version")
+    assert said.startswith("Docker version 20.10."), said
+    before = installed_packages(old_engine_root)
+    code, said = sh(old_engine_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
+    assert code == 0, said[-3000:]
+    assert "upgrading this host's dockerd 20.10." in said, said
+    engine, _ = engine_versions(old_engine_root)
+    assert tuple(map(int, engine.split("."))) >= (26, 0), engine
+    assert_nothing_started(old_engine_root)
+    after = installed_packages(old_engine_root)
+    new = changed(before, after)
+    assert {name for name in new if name in before} == {"docker.io", "containerd"}, new
+    suites = suites_of(old_engine_root, new)
+    assert {name for name, where in suites.items() if "bookworm" not in where} == TRIXIE_FOUR, suites
+    assert after["libc6"] == before["libc6"]
+
+
+def test_engine_packages_on_debian13_are_its_own(trixie_root):
+    before = installed_packages(trixie_root)
+    code, said = sh(trixie_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
+    assert code == 0, said[-3000:]
+    assert "Debian GNU/Linux 13 (trixie)'s docker.io 26." in said, said
+    engine, buildx = engine_versions(trixie_root)
+    assert tuple(map(int, engine.split("."))) >= (26, 0), engine
+    assert tuple(map(int, buildx.split(".")[:2])) >= (0, 13), buildx
+    assert_nothing_started(trixie_root)
+    new = changed(before, installed_packages(trixie_root))
+    assert {"docker.io", "docker-cli", "docker-buildx"} <= set(new), new
+    assert not {name for name in new if name in before}, f"upgraded: {new}"
+    # trixie's own archive: no second suite, no pin
+    assert sh(trixie_root, "ls /etc/apt/sources.list.d/ascend-images-trixie.sources")[0] != 0
+
+
+# --- a running engine, faked: what the script writes, starts and restarts ------------------------------------------
+FAKE_ENGINE = r"""
+set -e
+mkdir -p /fake/bin /fake/proc
+cp "$(command -v sleep)" /fake/proc/dockerd  # the fake daemon's process: `pidof dockerd` finds it
+cat >/fake/bin/dockerd <<'SH'
+#!/bin/bash
+# a fake dockerd: --version answers; otherwise it "starts" with the image store daemon.json asks for
+if [ "$1" = --version ]; then echo "Docker version 26.1.5+fake, build fake"; exit 0; fi
+store=off
+grep -q '"containerd-snapshotter": true' "$ASCEND_IMAGES_DAEMON_JSON" 2>/dev/null && store=on
+echo "26.1.5 $store" >/fake/state
+echo "$store" >>/fake/starts
+exec /fake/proc/dockerd infinity
+SH
+cat >/fake/bin/docker <<'SH'
+#!/bin/bash
+# a fake docker CLI that answers as the fake engine is: no state or no process, no engine
+case "$1" in
+  buildx) echo "github.com/docker/buildx 0.13.1 fake"; exit 0 ;;
+  info | version)
+    [ -f /fake/state ] && pidof dockerd >/dev/null || exit 1
+    read -r version store </fake/state
+    if [ "$1" = version ]; then echo "$version"; exit 0; fi
+    case "$*" in
+      *DriverStatus*)
+        if [ "$store" = on ]; then echo '[["driver-type","io.containerd.snapshotter.v1"]]'
+        else echo '[["Backing Filesystem","extfs"],["Supports d_type","true"]]'; fi ;;
+    esac
+    exit 0 ;;
+esac
+exit 1
+SH
+chmod +x /fake/bin/*
+"""
+FAKE_ENV = "export PATH=/fake/bin:$PATH ASCEND_IMAGES_DAEMON_JSON=/fake/daemon.json; "
+STOP_FAKE = "for pid in $(pidof dockerd); do kill $pid; done; while pidof dockerd >/dev/null; do sleep 0.1; done; "
+
+
+@pytest.fixture(scope="module")
+def fake_engine(debian_root):
+    """The Debian 12 root with the fake engine's commands in /fake/bin (used through FAKE_ENV only)."""
+    code, said = sh(debian_root, FAKE_ENGINE)
+    assert code == 0, said
+    return debian_root
+
+
+def fake_engine_running(container, store: str) -> str:
+    """A fake dockerd running with the image store `store`; returns its pid."""
+    code, said = sh(container, STOP_FAKE + "rm -f /fake/state /fake/starts; "
+                               f"echo '26.1.5 {store}' >/fake/state; (setsid /fake/proc/dockerd infinity &); "
+                               "sleep 0.2; pidof dockerd")
+    assert code == 0, said
+    return said.strip()
+
+
+def test_engine_refuses_to_restart_a_running_engine_unless_allowed(fake_engine):
+    debian_root = fake_engine
+    sh(debian_root, """printf '{"log-level": "warn"}\n' >/fake/daemon.json""")
+    pid = fake_engine_running(debian_root, "off")
+    code, said = sh(debian_root, FAKE_ENV + "bash scripts/setup-engine.sh 2>&1")
+    assert code == 1, said
+    (line,) = [text for text in said.splitlines() if text.startswith("setup-engine:")]
+    for words in ("containerd image store is off", "the builds' OCI export", "/fake/daemon.json",
+                  "ASCEND_IMAGES_ENGINE_RESTART=1", "graphdriver", "not visible after the switch"):
+        assert words in line, line
+    assert sh(debian_root, "cat /fake/daemon.json")[1] == '{"log-level": "warn"}\n'  # untouched
+    assert sh(debian_root, "pidof dockerd")[1].strip() == pid  # not restarted
+
+    code, said = sh(debian_root, FAKE_ENV + "ASCEND_IMAGES_ENGINE_RESTART=1 bash scripts/setup-engine.sh 2>&1")
+    assert code == 0, said
+    assert f"stopping dockerd (pid {pid};" in said and "starting dockerd" in said, said
+    assert said.splitlines()[-1].endswith("engine: dockerd 26.1.5, buildx 0.13.1, containerd image store on"), said
+    assert sh(debian_root, "pidof dockerd")[1].strip() not in ("", pid)
+    code, said = sh(debian_root, "python3 -c 'import json; print(json.load(open(\"/fake/daemon.json\")))'")
+    assert said.strip() == "{'log-level': 'warn', 'features': {'containerd-snapshotter': True}}", said
+
+    # ready: nothing written, nothing restarted
+    code, said = sh(debian_root, FAKE_ENV + "bash scripts/setup-engine.sh 2>&1")
+    assert code == 0 and "starting" not in said and "stopping" not in said and "features" not in said, said
+
+
+def test_engine_started_by_the_script_gets_the_containerd_store(fake_engine):
+    debian_root = fake_engine
+    sh(debian_root, STOP_FAKE + "rm -f /fake/state /fake/starts")
+    sh(debian_root, """printf '{"features": {"buildkit": true}, "debug": false}' >/fake/daemon.json""")
+    code, said = sh(debian_root, FAKE_ENV + "bash scripts/setup-engine.sh 2>&1")
+    assert code == 0, said
+    assert "features.containerd-snapshotter: true (was not set; other keys kept: debug)" in said, said
+    assert sh(debian_root, "cat /fake/starts")[1] == "on\n"  # started once, with the store on
+    code, said = sh(debian_root, "python3 -c 'import json; print(json.load(open(\"/fake/daemon.json\")))'")
+    assert said.strip() == "{'features': {'buildkit': True, 'containerd-snapshotter': True}, 'debug': False}", said
+
+
+def test_engine_bad_input_is_one_line(fake_engine):
+    debian_root = fake_engine
+    sh(debian_root, STOP_FAKE + "rm -f /fake/state; printf '{\"features\": ' >/fake/daemon.json")
+    for command, words in (
+            ("bash scripts/setup-engine.sh", "/fake/daemon.json is not JSON"),
+            ("ASCEND_IMAGES_ENGINE_RESTART=yes bash scripts/setup-engine.sh", "ASCEND_IMAGES_ENGINE_RESTART is 'yes'"),
+            ("bash scripts/setup-engine.sh --start", "unknown argument '--start'")):
+        code, said = sh(debian_root, FAKE_ENV + command + " 2>&1")
+        errors = [line for line in said.splitlines() if line.startswith("setup-engine:")]
+        assert code == 1 and len(errors) == 1 and words in errors[0], said
+        assert "Traceback" not in said
+    assert sh(debian_root, "pidof dockerd")[0] != 0  # nothing started on bad input
