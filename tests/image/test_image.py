@@ -13,8 +13,8 @@ import pytest
 from ascend_images.inputs.lockfile import installed_below
 from ascend_images.inputs.lockspec import LAYERS
 from ascend_images.inputs.pypi import normalize
+from ascend_images.matrix.cannenv import PATH_LIKE, clean_path_list
 from ascend_images.matrix.envs import effective_env
-from ascend_images.stages.envcapture import PATH_LIKE, clean_path_list
 from tests.image.paths import path_facts
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -14,8 +14,8 @@ import re
 import tarfile
 
 import pytest
-
 from ascend_images.builder.buildserver import BuildServer
+
 from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
 from ascend_images.matrix.model import load_matrix
 from ascend_images.matrix.selection import select

@@ -7,9 +7,9 @@ import hashlib
 import zipfile
 
 import pytest
+from ascend_images.builder.buildserver import BuildServer
 
 from ascend_images.bench.install import _NATIVE_LINE
-from ascend_images.builder.buildserver import BuildServer
 from ascend_images.inputs.sources import BuildInputs
 from ascend_images.stages.contexts import PYTHON_PREFIX
 

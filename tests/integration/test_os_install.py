@@ -10,8 +10,8 @@ import subprocess
 import uuid
 
 import pytest
-
 from ascend_images.builder.buildserver import BuildServer
+
 from ascend_images.cli.options import InputFlags
 from tests.conftest import ROOT
 from tests.fixtures.private_mirror import PrivateMirror

@@ -220,6 +220,10 @@ def fake_bench(monkeypatch, tmp_path):
                                             f"{s.repo.rsplit('/', 1)[-1]}:ck-{s.tag[-6:]}"]} for s in plan.stages]
             return [StageResult(s.tag, s.kind, status, f"id-{s.tag}", "key", 1.0, None, "") for s in plan.stages]
 
+        def native_tool(self, stage, name):
+            self.tool = (stage, name)
+            return name
+
     def load(ref, host, source_host=None):
         loaded.append((ref, host))
         fleet_client.api.state.append({"Id": f"os-{ref}", "RepoTags": [ref]})
@@ -442,7 +446,9 @@ def test_the_install_phase_measures_the_backend_stage_over_its_parent_with_its_i
     setup.selection = {**setup.selection, "backend": "sglang"}
     result = bench.run_bench(setup, runs=1, phases=("install",))
     stage, installer = seen["install"]
-    assert stage.kind == "sglang" and installer == stage.needs[0].tag and stage.needs[0].kind == "installer"
+    # the stage's own native tool (its `installer` build stage), built as an image of the bench's namespace
+    assert stage.kind == "sglang" and installer == f"{setup.namespace}/native-tool:arm64"
+    assert fake_bench.builders[-1].tool == (stage, installer)
     assert seen["import"] == stage.parent.tag and stage.parent.kind == "torch"
     assert result["verdicts"]["install_within_0_25_of_pip"] is True
     assert "cold_seconds" not in result and not any(b.settings.force for b in fake_bench.builders)

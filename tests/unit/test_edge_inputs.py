@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ascend_images.builder.buildserver import BuildServer
+from ascend_images.builder.stageinputs import secret_documents
 from ascend_images.cli.options import InputFlags
 from ascend_images.inputs.sources import BuildInputs, split_url
 from tests.conftest import ROOT
@@ -75,29 +75,20 @@ def test_a_credential_in_the_torch_index_reaches_no_rendered_file(tmp_path):
     assert not [p for p in files if b"mirror.example" in p.read_bytes()]
 
 
-def test_index_credentials_go_to_the_build_servers_netrc():
+def test_index_credentials_go_to_the_builds_netrc_secret():
     public, credential = split_url("--torch-index-url", f"https://user:{MARKER}@mirror.example:8443/simple")
     assert public == "https://mirror.example:8443/simple"
     inputs = BuildInputs(index_credentials=(credential,))
-    assert inputs.has_credentials
     assert inputs.netrc_text() == f"machine mirror.example login user password {MARKER}\n".encode()
-    # a token alone in the user part is a credential too: served under an unguessable path
-    assert BuildInputs(pip_index_url="https://TOKEN@mirror.example/simple").has_credentials
-    assert not BuildInputs(pip_index_url="https://mirror.example/simple").has_credentials
+    assert secret_documents(inputs)["netrc"] == inputs.netrc_text()  # a build secret, never a build arg
 
 
-def test_an_os_mirrors_credentials_are_served_never_rendered():
+def test_an_os_mirrors_credentials_are_a_secret_never_rendered():
     inputs = InputFlags(os_mirror=f"https://mirror%40corp:{MARKER}@deb.example:8443/debian/").inputs()
     assert inputs.os_mirror == "https://deb.example:8443/debian/"  # what may be seen
     assert inputs.os_mirror_credential == ("deb.example", "mirror@corp", MARKER)
-    assert inputs.has_credentials  # so the build server hides behind an unguessable path
-    with BuildServer(inputs, port=0) as server:
-        import urllib.request
-
-        served = urllib.request.urlopen(f"{server.url}/secrets/os-mirror").read().decode()
-        assert "/" in server.url.split(":", 2)[2]  # the path has the secret prefix
-    # written out by hand: the URL, the user, the password, a line each (what os-install reads)
-    assert served == f"https://deb.example:8443/debian/\nmirror@corp\n{MARKER}\n"
+    # written out by hand: the URL, the user, the password, a line each (what os-install reads from the secret)
+    assert secret_documents(inputs)["os-mirror"] == f"https://deb.example:8443/debian/\nmirror@corp\n{MARKER}\n".encode()
     plain = InputFlags(os_mirror="http://deb.example/debian").inputs()
-    assert not plain.has_credentials and plain.os_mirror_document() == b"http://deb.example/debian\n\n\n"
+    assert plain.os_mirror_document() == b"http://deb.example/debian\n\n\n"
     assert InputFlags().inputs().os_mirror_document() is None

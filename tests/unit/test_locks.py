@@ -250,9 +250,9 @@ def test_rendered_vllm_stage_installs_what_the_torch_image_lacks_and_builds_the_
     assert names == {n for n, ver in lock.pins.items() if below.get(n) != ver} - off - {"arctic-inference"}
     assert all(f" --hash=sha256:{lock.hashes[line.split('==')[0]]}" in line for line in install)
     assert ctx["packages"]["replaces"] == sorted(n for n, ver in lock.pins.items() if n in below and below[n] != ver)
-    built = [b["what"] for b in ctx["packages"]["builds"]]
+    built = [b["what"] for b in ctx["packages"]["target_builds"]]
     assert built == ["arctic-inference 0.1.1 (no aarch64 wheel)", "vLLM 0.13.0 from its sdist"]
-    assert ctx["packages"]["builds"][1]["spec"].endswith("#" + lock.source_sdist[2])
+    assert ctx["packages"]["target_builds"][1]["spec"].endswith("#" + lock.source_sdist[2])
 
 
 OVERRIDDEN = "cann8.5.1-vllm0.18.0"

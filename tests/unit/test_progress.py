@@ -4,6 +4,7 @@ fetch, publish and bench; a build's step lines. A live line on a terminal, plain
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
@@ -130,27 +131,61 @@ def test_fetch_says_file_i_of_n_with_its_size_and_status(voice, tmp_path):
     assert not any(line.startswith("fetch 1/2") for line in lines)  # the results (`out`) hold no progress
 
 
+def vertex(digest: str, name: str, started: bool = True, completed: bool = False, **more) -> dict:
+    """One of BuildKit's vertices as buildx's rawjson writes it."""
+    return {"digest": digest, "name": name, **({"started": "2026-11-28T13:31:38.214338175Z"} if started else {}),
+            **({"completed": "2026-11-28T13:31:40.014338175Z"} if completed else {}), **more}
+
+
 def test_a_builds_step_lines_go_to_stderr_and_its_outcome_to_stdout(voice, tmp_path, capsys):
     """StageProgress's step and heartbeat lines are progress (stderr, none with -q); the Builder's `out` gets what
     became of each stage. With --jobs 2 the step lines are still stderr, under the builder's lock."""
+    output = base64.b64encode(b"some output\n").decode()
+    events = [{"vertexes": [vertex("sha256:a", "[internal] load build definition from Dockerfile", completed=True)]},
+              {"vertexes": [vertex("sha256:b", "[packages 1/3] FROM debian:12")]},
+              {"logs": [{"vertex": "sha256:b", "stream": 1, "data": output}]},
+              {"vertexes": [vertex("sha256:b", "[packages 1/3] FROM debian:12", completed=True)]}]
     for jobs in (1, 2):
         said: list[str] = []
         builder = Builder(object(), BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path,
                                                   jobs=jobs), out=said.append)  # type: ignore[arg-type]
         with StageProgress("[1/4 base]", tmp_path / f"{jobs}.log", builder.progress) as stage:
-            stage.line("Step 1/3 : FROM debian:12")
-            stage.line("some output")
+            for event in events:
+                stage.event(event)
         assert said == []
         captured = capsys.readouterr()
         assert captured.out == ""
-        assert re.fullmatch(r"\[1/4 base\] step 1/3 \(\d+\.\ds\): FROM debian:12\n", captured.err), captured.err
-        # the log: the engine's lines, each step's start and the stage's end marked with its time
-        assert re.fullmatch(r"\[ascend-images\] \d+\.\ds: step 1/3\nStep 1/3 : FROM debian:12\nsome output\n"
-                            r"\[ascend-images\] \d+\.\ds: stage ended\n", (tmp_path / f"{jobs}.log").read_text())
+        assert re.fullmatch(r"\[1/4 base\] step packages 1/3 \(\d+\.\ds\): FROM debian:12\n", captured.err), \
+            captured.err
+        # the log, as buildx's plain output numbers it: each vertex, its output and end, each step's start marked
+        # with the stage's elapsed time
+        assert re.fullmatch(r"#1 \[internal\] load build definition from Dockerfile\n#1 DONE 1\.8s\n"
+                            r"#2 \[packages 1/3\] FROM debian:12\n\[ascend-images\] \d+\.\ds: step packages 1/3\n"
+                            r"#2 some output\n#2 DONE 1\.8s\n\[ascend-images\] \d+\.\ds: stage ended\n",
+                            (tmp_path / f"{jobs}.log").read_text()), (tmp_path / f"{jobs}.log").read_text()
     console.configure(quiet=True)
     with StageProgress("[1/4 base]", tmp_path / "q.log") as stage:  # the default is the same stderr note
-        stage.line("Step 1/3 : FROM debian:12")
+        stage.event(events[1])
     assert capsys.readouterr() == ("", "")
+
+
+def test_rawjson_objects_and_the_text_between_them_are_read_as_they_arrive():
+    """buildx writes pretty-printed objects one after another, and its final `ERROR: ...` as plain text; a chunk
+    may end anywhere."""
+    from ascend_images.builder.progress import rawjson_events
+
+    text = '{\n  "vertexes": [\n    {"digest": "d", "name": "n"}\n  ]\n}\n{"logs": []}\nERROR: failed to solve: x\n'
+    chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
+    assert list(rawjson_events(chunks)) == [{"vertexes": [{"digest": "d", "name": "n"}]}, {"logs": []},
+                                            "ERROR: failed to solve: x"]
+
+
+def test_a_step_error_is_kept_for_the_failure_message(tmp_path):
+    with StageProgress("[1/1 base]", tmp_path / "e.log", lambda line: None) as stage:
+        stage.event({"vertexes": [vertex("sha256:c", "[stage-1 2/3] RUN false", completed=True,
+                                         error="process did not complete successfully: exit code: 1")]})
+    assert stage.error == "[stage-1 2/3] RUN false: process did not complete successfully: exit code: 1"
+    assert "#1 ERROR: process did not complete successfully: exit code: 1" in (tmp_path / "e.log").read_text()
 
 
 def test_a_task_that_fails_mid_step_leaves_no_live_line(voice):

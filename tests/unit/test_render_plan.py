@@ -27,8 +27,7 @@ def render_all(matrix, tmp_path, sources, **select_kwargs):
     renderer = Renderer()
     out = {}
     for stage in plan.stages:
-        ctx, files = renderer.context(stage, sources, captured={"ASCEND_HOME_PATH": "/x"} if stage.kind == "cann"
-                                      else None)
+        ctx, files = renderer.context(stage, sources)
         out[stage.kind + ":" + stage.variant.device] = renderer.write(stage, tmp_path / "ctx", ctx, files)
     return plan, out
 
@@ -94,11 +93,17 @@ def test_render_a3_85_local(matrix, tmp_path):
     assert install.startswith("# Rendered by ascend-images")
     assert "FROM ascend-images/base:debian12-py3.11-arm64" in install
     sha = hashlib.sha256(b"payload of Ascend-cann-A3-ops_8.5.0_linux-aarch64.run").hexdigest()
-    assert f"ops=${{ASCEND_BUILD_SERVER}}/cann/Ascend-cann-A3-ops_8.5.0_linux-aarch64.run#{sha}" in install
+    # from the build's named context `cann`, checked against its sha256: a build arg whose default is the file's
+    assert f"ARG SHA256_ASCEND_CANN_A3_OPS_8_5_0_LINUX_AARCH64_RUN={sha}\n" in install
+    assert ("ops=/run/ascend-images/cann/Ascend-cann-A3-ops_8.5.0_linux-aarch64.run"
+            "#${SHA256_ASCEND_CANN_A3_OPS_8_5_0_LINUX_AARCH64_RUN}") in install
+    assert "--mount=type=bind,from=cann,target=/run/ascend-images/cann" in install
     assert "kernel/ascend910_93" in install  # the A3 device block
     assert 'io.ascend-images.soc-version="ascend910_9391"' in install
     cann_df = (ctx["cann:a3"] / "Dockerfile").read_text()
-    assert 'ASCEND_HOME_PATH="/x"' in cann_df
+    # what CANN 8.5.0's scripts set (matrix.yaml cann.env_sets), checked against them in the same build
+    assert 'ASCEND_HOME_PATH="/usr/local/Ascend/cann-8.5.0"' in cann_df
+    assert "check-cann-env /tmp/env-scripts /etc/ascend-images/env.json" in cann_df
     assert 'SOC_VERSION="ascend910_9391"' in cann_df and 'TASK_QUEUE_ENABLE="2"' in cann_df
     assert "ENV ASCEND_IMAGES_HDK_FLOOR=25.5.0" in cann_df
     scripts = (ctx["cann:a3"] / "etc/env-scripts").read_text().splitlines()
@@ -112,11 +117,14 @@ def test_render_a2_83_url_x86(matrix, tmp_path):
     sources = Sources(CannSource("url", checksums={
         "Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run": "a" * 64,
         "Ascend-cann-kernels-910b_8.3.RC1_linux-x86_64.run": "b" * 64,
-        "Ascend-cann-nnal_8.3.RC1_linux-x86_64.run": "c" * 64}), ArtifactSource(strict=False))
+        "Ascend-cann-nnal_8.3.RC1_linux-x86_64.run": "c" * 64}, strict=False), ArtifactSource(strict=False))
     _, ctx = render_all(matrix, tmp_path, sources, device="a2", release="cann8.3.rc1-sglang0.5.8", arch="x86_64")
     install = (ctx["cann-install:a2"] / "Dockerfile").read_text()
-    assert ("ops=https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%208.3.RC1/"
-            f"Ascend-cann-kernels-910b_8.3.RC1_linux-x86_64.run#{'b' * 64}") in install
+    # a download is fetch's (the host's download cache), never the build's: the build takes the file from its `cann`
+    # context and checks it against the sha256 the checksums give
+    assert f"ARG SHA256_ASCEND_CANN_KERNELS_910B_8_3_RC1_LINUX_X86_64_RUN={'b' * 64}\n" in install
+    assert ("ops=/run/ascend-images/cann/Ascend-cann-kernels-910b_8.3.RC1_linux-x86_64.run"
+            "#${SHA256_ASCEND_CANN_KERNELS_910B_8_3_RC1_LINUX_X86_64_RUN}") in install
     assert "kernel/ascend910b " in install or "kernel/ascend910b \\" in install
     assert "CANN_DOWNLOAD_REFERER=https://www.hiascend.com/" in install
     # x86_64's torch is PyTorch's CPU build, which no committed lock pins (arches.x86_64.unlocked): a preview says
@@ -150,9 +158,10 @@ def test_backend_stage_sets_only_what_it_changes(matrix, tmp_path):
     assert 'TASK_QUEUE_ENABLE="1"' in df and "VLLM_USE_V1" in df
     assert "HCCL_CONNECT_TIMEOUT" not in df
     # vLLM's sdist (PyPI's sha256, from the wheel store) built on the target with no CUDA, then installed natively
-    assert re.search(r"built-wheel \S+ /wheels \\\n +\$\{ASCEND_BUILD_SERVER\}/wheels/(4ad43db45fef\w+)#\1 \. - - "
+    assert re.search(r"built-wheel \S+ /wheels \\\n +/run/ascend-images/wheels/(4ad43db45fef\w+)#\1 \. - - "
                      r"VLLM_TARGET_DEVICE=empty", df), df
-    assert "FROM ${INSTALLER} AS packages" in df and "install-packages /usr/local/python aarch64-manylinux_2_35" in df
+    assert "FROM --platform=$BUILDPLATFORM ${INSTALLER_BASE} AS installer" in df
+    assert "FROM installer AS packages" in df and "install-packages /usr/local/python aarch64-manylinux_2_35" in df
     assert "pip-check" in df and "--no-binary" not in df
     install = (ctx["vllm:a3"] / "install.txt").read_text()
     assert "\ntriton-ascend==3.2.0 --hash=sha256:" in install  # PyPI carries 3.2.0: a locked file like any other
@@ -167,10 +176,18 @@ def test_image_source_needs_an_official_os(matrix):
     assert CannSource("image").official_image(u) == "quay.io/ascend/cann:8.3.rc1-a3-ubuntu22.04-py3.11"
 
 
-def test_url_source_demands_checksums(matrix):
+def test_a_build_takes_downloads_from_the_cache_never_the_network(matrix, tmp_path):
+    """A build (strict) of a file not fetched yet stops before anything builds, naming it and what fetches it, even
+    with its checksum known; once fetched into the cache, it is the build's (its `cann` context)."""
     (v,) = select(matrix, device="a3", release="cann8.5.0-pt2.8.0")
-    with pytest.raises(SelectionError, match="no pin for Ascend-cann-toolkit_8.5.0_linux-aarch64.run in pins.yaml"):
+    toolkit = "Ascend-cann-toolkit_8.5.0_linux-aarch64.run"
+    with pytest.raises(SelectionError, match=f"{toolkit} is not fetched yet; .*`invoke fetch`"):
         CannSource("url").packages(v)
+    with pytest.raises(SelectionError, match=f"{toolkit} is not fetched yet"):
+        CannSource("url", checksums={toolkit: "a" * 64}).packages(v)
+    cache = fake_cann_dir(tmp_path, list(v.package_files().values()))
+    packages = CannSource("url", cache=cache).packages(v)
+    assert [p.url for p in packages] == [f"/run/ascend-images/cann/{f}" for f in v.package_files().values()]
 
 
 def test_local_source_lists_what_is_missing(matrix, tmp_path):
@@ -216,7 +233,7 @@ def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
         plan = make_plan([variant], PlanOptions(sources.cann))
         renders[name] = {}
         for stage in plan.stages:
-            ctx, files = Renderer().context(stage, sources, captured={"ASCEND_HOME_PATH": "/x"})
+            ctx, files = Renderer().context(stage, sources)
             renders[name][stage.kind] = (Renderer().render_text(stage, ctx), files)
     assert "overlay" not in renders["default"]
     for name in ("debug", "env"):
@@ -240,12 +257,12 @@ def test_image_tag_needs_no_plan_and_is_the_plans_top(matrix):
 
 
 def test_the_backend_sdist_a_stage_builds_is_among_the_files_the_wheel_store_must_hold(matrix):
-    """vLLM's sdist is served from the wheel store (PyPI's file): the builder fills the store with it before the
-    build, as with every locked file (the CI build of vLLM 0.23.0 failed on a 404 for it when it was not)."""
+    """vLLM's sdist comes from the wheel store (PyPI's file): the builder fills the store with it before the build,
+    as with every locked file (the CI build of vLLM 0.23.0 failed on a 404 for it when it was not)."""
     (v,) = select(matrix, device="a3", backend="vllm", release="cann9.1.0-pt2.10.0", arch="aarch64")
     stage = make_plan([v], PlanOptions(CannSource("url", strict=False))).top(v)
     ctx, _ = Renderer().context(stage, url_sources())
     # PyPI's vllm-0.23.0.tar.gz, sha256 as PyPI's simple index lists it
     sdist = "760269db3d9611e12e524681df1bca0977d5d2f5fcb4481cc34d33efc4ae7ff5"
     assert f"vllm==0.23.0 --hash=sha256:{sdist}" in ctx["packages"]["wanted"]
-    assert f"${{ASCEND_BUILD_SERVER}}/wheels/{sdist}#{sdist}" in Renderer().render_text(stage, ctx)
+    assert f"/run/ascend-images/wheels/{sdist}#{sdist}" in Renderer().render_text(stage, ctx)

@@ -1,19 +1,17 @@
-"""The host's wheel store (DESIGN 19) against a real PEP 503 index on 127.0.0.1 and the real build server: each file
-fetched once however many stages want it, a stored file that does not hash to its key deleted and fetched again
-(never served), --offline naming what is missing and the command that fetches it, and a download that does not match
-its pin refused with both hashes."""
+"""The host's wheel store (DESIGN 19) against a real PEP 503 index on 127.0.0.1: each file fetched once however many
+stages want it, a stored file that does not hash to its key deleted and fetched again (never given to a build),
+--offline naming what is missing and the command that fetches it, and a download that does not match its pin refused
+with both hashes."""
 
 from __future__ import annotations
 
 import hashlib
-import urllib.error
-import urllib.request
 
 import pytest
 
-from ascend_images.builder.buildserver import BuildServer
+from ascend_images.builder.stageinputs import stage_inputs
 from ascend_images.errors import AscendImagesError, SelectionError
-from ascend_images.inputs.sources import BuildInputs
+from ascend_images.inputs.sources import BuildInputs, CannSource, Sources
 from ascend_images.inputs.wheelstore import StoredFile, WheelStore, stored_files
 from tests.fixtures.httpserver import Server
 
@@ -65,26 +63,24 @@ def test_two_stages_wanting_one_wheel_fetch_it_once(tmp_path, index):
         "beta-2.0-py3-none-any.whl"]
 
 
-def test_a_stored_file_that_does_not_hash_to_its_key_is_deleted_fetched_again_and_never_served(tmp_path, index):
+def test_a_stored_file_that_does_not_hash_to_its_key_is_deleted_fetched_again_and_never_given_to_a_build(
+        tmp_path, index):
     alpha = item("alpha-1.0-py3-none-any.whl")
     bad = tmp_path / "store" / alpha.sha256 / "alpha-1.0-py3-none-any.whl"
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"tampered")
-    # the build server hashes what it serves: the tampered file is not served
-    with BuildServer(BuildInputs(), wheel_store=tmp_path / "store") as server, \
-            pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(f"{server.url}/wheels/{alpha.sha256}/{bad.name}")
-    assert caught.value.code == 404 and not bad.exists()
-    bad.write_bytes(b"tampered")
     lines: list[str] = []
-    (path,) = store_at(tmp_path, index, lines).ensure([alpha])
+    store = store_at(tmp_path, index, lines)
+    # what a stage build does: the store filled, then the stage's files linked into its `wheels` context
+    (path,) = store.ensure([alpha])
     assert path.read_bytes() == FILES["alpha-1.0-py3-none-any.whl"]
     assert lines == [f"wheel store: {bad} hashes to {sha(b'tampered')}, not {alpha.sha256}: deleted, fetched again"]
     assert downloads(index) == ["/files/alpha-1.0-py3-none-any.whl"]
-    # and served now, verified on the way out
-    with BuildServer(BuildInputs(), wheel_store=tmp_path / "store") as server, \
-            urllib.request.urlopen(f"{server.url}/wheels/{alpha.sha256}/{bad.name}") as response:
-        assert response.read() == FILES["alpha-1.0-py3-none-any.whl"]
+    dockerfile = "RUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels true\n"
+    with stage_inputs(dockerfile, [f"alpha==1.0 --hash=sha256:{alpha.sha256}"], Sources(CannSource("url")),
+                      BuildInputs(), store, tmp_path / "scratch") as given:
+        given_bytes = (given.contexts["wheels"] / alpha.sha256 / bad.name).read_bytes()
+    assert given_bytes == FILES["alpha-1.0-py3-none-any.whl"]
 
 
 def test_offline_names_the_missing_wheel_and_the_command_that_fetches_it(tmp_path, index):

@@ -1,21 +1,25 @@
 """One stage's install step measured five ways on the same lock delta in one run (DESIGN 19), and the first
 `import torch, torch_npu` with and without bytecode.
 
-The delta is the stage's install.txt (every pin its lower layers lack, each with its sha256), served from the host's
-wheel store by the build server as a stage build serves it. Every way installs it into a throwaway container:
+The delta is the stage's install.txt (every pin its lower layers lack, each with its sha256), its files from the
+host's wheel store mounted where a stage's build mounts them (/run/ascend-images/wheels). Every way installs it into a
+throwaway container:
   pip, compiling .pyc        in the stage's parent (the target's arch: emulated on another host), as stages did
   pip --no-compile           the same, no bytecode
   uv --compile-bytecode      uv of the target's arch, in the parent
   uv, no .pyc                the same, no bytecode
-  native                     the installer image (the host's arch) runs install-packages, as the stage does: uv for
-                             the target platform, then compileall with checked-hash .pyc; its own line splits the two
+  native                     the stage's native tool (its `installer` build stage: the host's arch) runs
+                             install-packages, as the stage does: uv for the target platform, then compileall with
+                             checked-hash .pyc; its own line splits the two
 Sdists a stage builds on the target are not in the delta: they cost the same whichever way installs the wheels.
 Each figure is timed inside its container (`date +%s%N` around the command), so container start-up is not in it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import statistics
 import zipfile
 from collections.abc import Callable
@@ -24,9 +28,8 @@ from typing import Any
 
 import docker
 
-from ascend_images.builder.buildserver import BuildServer
 from ascend_images.inputs.lockfile import GLIBC_FLOOR
-from ascend_images.inputs.sources import BuildInputs
+from ascend_images.inputs.sources import INPUTS_DIR, BuildInputs
 from ascend_images.inputs.wheelstore import StoredFile, WheelStore, stored_files
 from ascend_images.stages.contexts import PYTHON_PREFIX
 from ascend_images.stages.packages import stage_packages
@@ -41,8 +44,11 @@ _NATIVE_LINE = re.compile(r"install-packages: installed in ([0-9.]+)s, bytecode 
 
 def _run(client: docker.DockerClient, image: str, command: list[str], bench_dir: Path,
          env: dict[str, str] | None = None) -> str:
+    volumes = {str(bench_dir): {"bind": "/bench", "mode": "ro"}}
+    if (bench_dir / "wheels").is_dir():  # where a stage's build mounts the wheel store
+        volumes[str(bench_dir / "wheels")] = {"bind": f"{INPUTS_DIR}/wheels", "mode": "ro"}
     output = client.containers.run(image, command, remove=True, network_mode="host", environment=env or {},
-                                   volumes={str(bench_dir): {"bind": "/bench", "mode": "ro"}}, stderr=True)
+                                   volumes=volumes, stderr=True)
     return output.decode(errors="replace")
 
 
@@ -67,42 +73,56 @@ def _target_uv(store: WheelStore, stage: Stage, bench_dir: Path) -> str:
     return "/bench/uv-target/uv"
 
 
+def _link(store: WheelStore, wanted: list[StoredFile], bench_dir: Path) -> None:
+    """The files as the build mounts them (wheels/<sha256>/<file>) and flat (links/<file>: pip's and uv's
+    --find-links): hard links into the store."""
+    for item in wanted:
+        found = store.path(item.sha256)
+        assert found is not None, item
+        for target in (bench_dir / "wheels" / item.sha256 / found.name, bench_dir / "links" / found.name):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                os.link(found, target)
+
+
 def measure_install(client: docker.DockerClient, inputs: BuildInputs, store: WheelStore, stage: Stage,
                     installer: str, work: Path, out: Out) -> dict[str, Any]:
-    """The five figures for `stage` (its parent and `installer` built), and the native way's fraction of pip's."""
+    """The five figures for `stage` (its parent and `installer`, its native tool as an image, built), and the native
+    way's fraction of pip's."""
     packages = stage_packages(stage)
     bench_dir = work / "install"
-    bench_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(bench_dir, ignore_errors=True)
+    bench_dir.mkdir(parents=True)
     (bench_dir / "install.txt").write_text("".join(f"{line}\n" for line in packages.install))
-    store.ensure(stored_files(packages.install))
+    wanted = stored_files(packages.install)
+    store.ensure(wanted)
+    _link(store, wanted, bench_dir)
     uv = _target_uv(store, stage, bench_dir)
     parent = stage.parent.tag if stage.parent else stage.parent_ref
     platform = f"{stage.variant.arch}-{GLIBC_FLOOR}"
     figures: dict[str, Any] = {"stage": stage.tag, "parent": parent, "installer": installer,
                                "wheels": len(packages.install)}
-    with BuildServer(inputs, wheel_store=store.root) as server:
-        env = {"ASCEND_BUILD_SERVER": server.url}
-        links = f"{server.url}/wheels/"
-        pip = ["python3", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
-               "--require-hashes", "--find-links", links, "-r", "/bench/install.txt"]
-        uv_pip = [uv, "pip", "install", "-q", "--python", f"{PYTHON_PREFIX}/bin/python3", "--no-deps", "--no-index",
-                  "--no-cache", "--require-hashes", "--find-links", links, "-r", "/bench/install.txt"]
-        ways = [("pip_compile_s", "pip, compiling .pyc (target arch)", parent, pip),
-                ("pip_no_compile_s", "pip --no-compile (target arch)", parent, [*pip, "--no-compile"]),
-                ("uv_target_compile_s", "uv --compile-bytecode (target arch)", parent,
-                 [*uv_pip, "--compile-bytecode"]),
-                ("uv_target_s", "uv, no .pyc (target arch)", parent, uv_pip)]
-        for key, what, image, command in ways:
-            out(f"  {what}: {len(packages.install)} wheels ...")
-            figures[key] = round(_timed(client, image, command, bench_dir, env), 1)
-            out(f"    {figures[key]} s")
-        out("  native: install-packages in the installer image (uv for the target, then compileall checked-hash)")
-        text = _run(client, installer, ["install-packages", PYTHON_PREFIX, platform, "/bench"], bench_dir, env)
-        found = _NATIVE_LINE.search(text)
-        if found is None:
-            raise RuntimeError(f"install-packages printed no timing line:\n{text[-2000:]}")
-        figures["native_install_s"] = float(found.group(1))
-        figures["native_bytecode_s"] = float(found.group(2))
+    links = "/bench/links"
+    pip = ["python3", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
+           "--require-hashes", "--find-links", links, "-r", "/bench/install.txt"]
+    uv_pip = [uv, "pip", "install", "-q", "--python", f"{PYTHON_PREFIX}/bin/python3", "--no-deps", "--no-index",
+              "--no-cache", "--require-hashes", "--find-links", links, "-r", "/bench/install.txt"]
+    ways = [("pip_compile_s", "pip, compiling .pyc (target arch)", parent, pip),
+            ("pip_no_compile_s", "pip --no-compile (target arch)", parent, [*pip, "--no-compile"]),
+            ("uv_target_compile_s", "uv --compile-bytecode (target arch)", parent, [*uv_pip, "--compile-bytecode"]),
+            ("uv_target_s", "uv, no .pyc (target arch)", parent, uv_pip)]
+    for key, what, image, command in ways:
+        out(f"  {what}: {len(packages.install)} wheels ...")
+        figures[key] = round(_timed(client, image, command, bench_dir, {}), 1)
+        out(f"    {figures[key]} s")
+    out("  native: install-packages in the stage's native tool (uv for the target, then compileall checked-hash)")
+    text = _run(client, installer, ["/usr/local/libexec/ascend-images/install-packages", PYTHON_PREFIX, platform,
+                                    "/bench"], bench_dir)
+    found = _NATIVE_LINE.search(text)
+    if found is None:
+        raise RuntimeError(f"install-packages printed no timing line:\n{text[-2000:]}")
+    figures["native_install_s"] = float(found.group(1))
+    figures["native_bytecode_s"] = float(found.group(2))
     figures["native_s"] = round(figures["native_install_s"] + figures["native_bytecode_s"], 1)
     figures["native_fraction_of_pip"] = round(figures["native_s"] / figures["pip_compile_s"], 3)
     figures["uv_target_fraction_of_pip"] = round(figures["uv_target_compile_s"] / figures["pip_compile_s"], 3)

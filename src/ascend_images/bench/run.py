@@ -203,14 +203,16 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
                                 "overhead_ms": {t: round(ms - base_ms, 1) for t, ms in startup.items()}}
 
     if "install" in phases:
-        stage = next((s for s in plan.stages if s.kind in ("vllm", "sglang") and s.needs), None)
+        stage = next((s for s in plan.stages if s.kind in ("vllm", "sglang") and s.lock_layer), None)
         if stage is None:
             setup.steps.begin("install step: skipped (the selection has no backend stage)")
         else:
             setup.steps.begin(f"install step of {stage.tag}, five ways on its lock; first import with and without "
                               f".pyc")
-            report["install"] = measure_install(setup.client, setup.settings.inputs, _store(setup), stage,
-                                                stage.needs[0].tag, work, out)
+            tool = Builder(setup.client, setup.settings, out=lambda line: setup.out(f"    {line}")).native_tool(
+                stage, f"{setup.namespace}/native-tool:{stage.variant.arch_spec.docker_platform.split('/')[1]}")
+            report["install"] = measure_install(setup.client, setup.settings.inputs, _store(setup), stage, tool,
+                                                work, out)
             torch = next(s for s in stage.chain() if s.kind == "torch")
             report["import"] = measure_import(setup.client, torch.tag, work, min(runs, 3), out)
     report["verdicts"] = verdicts(report)

@@ -1,8 +1,10 @@
-"""Build a plan on a Docker engine with the SDK's streaming low-level API.
+"""Build a plan on a Docker engine, each stage by BuildKit (builder/buildx.py: one `docker buildx build` per stage, its
+native stages inside it).
 
-For each stage, parents first: render its context, compute its content key (rendered context +
-parent image id + platform), reuse an image already carrying that key, or build it untagged and tag
-it only once the build has succeeded, so a failed stage never gets a tag.
+For each stage, parents first: render its context, compute its content key (rendered context + parent image id +
+platform + what else the build is given: the native stages' base image, SOURCE_DATE_EPOCH, the labels), reuse an
+image already carrying that key, or build it and tag it only once the build has succeeded, so a failed stage never
+gets a tag. The docker SDK does the rest: inspect, tag, pull, the stage cache.
 """
 
 from __future__ import annotations
@@ -22,30 +24,29 @@ from typing import Any
 
 import docker
 
-from ascend_images.builder.buildserver import BuildServer
+from ascend_images.builder import buildx
 from ascend_images.builder.claims import claim, claims_dir
-from ascend_images.builder.engine import disk_full, drop_build_connection
-from ascend_images.builder.native import NativeParts, later_locked_stages
+from ascend_images.builder.engine import containerd_store, disk_full
 from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
 from ascend_images.builder.stagecache import StageCache
+from ascend_images.builder.stageinputs import stage_inputs
+from ascend_images.checkout import SourceDate, definition_revision, source_date_epoch
 from ascend_images.console import note
 from ascend_images.errors import BuildError, Interrupted
-from ascend_images.inputs.cache import default_built_wheels
 from ascend_images.inputs.download import with_login
 from ascend_images.inputs.pypi import PYPI_SIMPLE
 from ascend_images.inputs.sources import BuildInputs, Sources
 from ascend_images.inputs.wheelstore import WheelStore, default_store, stored_files
-from ascend_images.stages.envcapture import capture_env
+from ascend_images.matrix.model import Matrix
 from ascend_images.stages.kinds import KINDS
 from ascend_images.stages.names import CONTENT_KEY_LABEL
 from ascend_images.stages.plan import BuildPlan
 from ascend_images.stages.render import Renderer
 from ascend_images.stages.stage import Stage
 
-# v2: the key no longer sees the namespace (a stage's identity is its content and its parent's image id)
-KEY_VERSION = "ascend-images-content-key-v2"
-# the labels the builder itself adds, each its own LABEL step at the top of a stage image's history
-BUILDER_LABELS = (CONTENT_KEY_LABEL, "org.opencontainers.image.created", "org.opencontainers.image.revision")
+# v3: built by BuildKit, with SOURCE_DATE_EPOCH, the labels and the native stages' base in the key
+KEY_VERSION = "ascend-images-content-key-v3"
+INSTALLER_ARG = "INSTALLER_BASE"  # the image the native stages start FROM (the build host's own arch)
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,14 @@ class BuildSettings:
     # stages built at once: siblings (vllm and sglang on one torch, A2 and A3 on one base) need not wait for each
     # other; an emulated build is one busy core, so 2 halves a cold multi-variant build on a 2-core host
     jobs: int = 1
-    revision: str = ""  # org.opencontainers.image.revision
+    # SOURCE_DATE_EPOCH and org.opencontainers.image.revision: the last change to what the images are made from
+    source_date: SourceDate = field(default_factory=SourceDate)
     stage_cache: str | None = None  # REGISTRY/NAMESPACE: look stages up there by key, push them after (stagecache)
     stage_cache_read_only: bool = False
-    # wheels compiled from locked sdists, kept for every later build (buildserver: /built-wheels/)
-    built_wheels: Path = field(default_factory=default_built_wheels)
-    # every locked file by its sha256 (buildserver: /wheels/), filled before a stage that installs from it builds
+    # every locked file by its sha256, filled before a stage that installs from it builds; the stage gets its own
+    # files of it as the named build context `wheels`
     wheel_store: Path = field(default_factory=default_store)
+    installer_base: str | None = None  # INSTALLER_BASE: None for the Dockerfiles' default (the matrix's OS image)
 
 
 @dataclass
@@ -81,14 +83,14 @@ class StageResult:
     wheels_downloaded: int = 0  # of those, fetched from an index for it (the rest were stored already)
 
 
-def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str, tools: tuple[str, ...] = ()) -> str:
+def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str, given: tuple[str, ...] = ()) -> str:
     """A stage's identity: its context and its parent's image id, never its name. The context names the parent by
     tag (FROM, the base.name label), and the tag carries the namespace; the parent's image id already says which
     image that is, so each `<namespace>/<stage repo>:` is hashed as one placeholder, and a selection built under
     another namespace (or pulled from another machine) has the same keys."""
     names = [f"{namespace}/{row.repo}:".encode() for row in KINDS.values() if row.repo]
     digest = hashlib.sha256()
-    for part in (KEY_VERSION, parent_id, platform, *tools):  # tools: the installer image that installs its packages
+    for part in (KEY_VERSION, parent_id, platform, *given):  # given: what else the build is given (build_given)
         digest.update(part.encode() + b"\0")
     for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(context_dir).as_posix()
@@ -109,12 +111,18 @@ def declared_args(dockerfile: str) -> set[str]:
     return set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE))
 
 
-def _build_args(context: Path, server: BuildServer, tools: tuple[str, ...]) -> dict[str, str]:
-    """The build args a stage's Dockerfile declares: the build server, and the installer its native part starts
-    from."""
-    args = {"ASCEND_BUILD_SERVER": server.url, **({"INSTALLER": tools[0]} if tools else {})}
-    declared = declared_args((context / "Dockerfile").read_text(encoding="utf-8"))
-    return {k: v for k, v in args.items() if k in declared}
+def source_date(matrix: Matrix) -> SourceDate:
+    """What the images of this checkout are of: the matrix release's date (or $SOURCE_DATE_EPOCH) and the last
+    revision that changed what images are made from."""
+    return SourceDate(definition_revision(), source_date_epoch(matrix.source_date_epoch))
+
+
+def build_given(args: dict[str, str], labels: dict[str, str], epoch: int | None) -> tuple[str, ...]:
+    """What a stage's build is given beside its context and parent, for its content key: the build args (the native
+    stages' base by its image id), the labels the builder sets (the content key's own aside) and SOURCE_DATE_EPOCH."""
+    return (*(f"arg {k}={v}" for k, v in sorted(args.items())),
+            *(f"label {k}={v}" for k, v in sorted(labels.items()) if k != CONTENT_KEY_LABEL),
+            f"epoch {epoch}")
 
 
 class Builder:
@@ -129,13 +137,11 @@ class Builder:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
         self.context_dir = settings.work_dir / "contexts"
-        # parallel builds: the streams being read, so Ctrl-C in the main thread can drop them all
-        self._streams: set[Any] = set()
+        # the builds running now (parallel builds), so Ctrl-C in the main thread can cancel them all
+        self._running: set[buildx.Running] = set()
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
-        self._store_lock = threading.Lock()  # a stage and a native part ahead fill the wheel store one at a time
-        self._stages: list[Stage] = []
-        self.native: NativeParts | None = None
+        self._store_lock = threading.Lock()  # two stages fill the wheel store one at a time
         self.cache = (StageCache(settings.stage_cache, client, self.out, settings.stage_cache_read_only)
                       if settings.stage_cache else None)
         if settings.jobs > 1:
@@ -156,52 +162,49 @@ class Builder:
         """Claims are per engine: two engines on one host build independently."""
         return claims_dir(self.client.info().get("ID", "engine"))
 
+    @functools.cached_property
+    def reproducible(self) -> bool:
+        """The engine keeps images in containerd's store: an image's id there is its manifest digest, which a rebuild
+        and a registry show too (DESIGN 24). Other engines (graph drivers) keep the image config's digest as the id and
+        compress layers only when they push; they are told once."""
+        if containerd_store(self.client):
+            return True
+        self.out("note: this engine's image store is not containerd's (`features.containerd-snapshotter` in "
+                 "/etc/docker/daemon.json): image ids are config digests there, and a registry cache cannot be "
+                 "exported; scripts/setup-engine.sh sets an engine up with it")
+        return False
+
     # --- helpers -------------------------------------------------------------------------------
     def _find_by_key(self, key: str, tag: str) -> str | None:
-        """An image built for the content key: the one the stage's tag points to if it is (so that forced
-        rebuilds, e.g. by the benchmark, never switch a chain to a twin and change its children's keys), else
-        the oldest: a twin made later (a forced build, the benchmark's cold build) must not take the place of the
-        image whose children exist, or a build under another name finds the parent but none of its children (it
-        happened: after a bench run, the second-namespace build rebuilt A3's chain on the bench's base). Only an
-        image whose own build set the key counts: the layers of a child's build that failed or was interrupted
-        inherit its parent's labels, key included, and must never stand in for it."""
+        """An image built for the content key: the one the stage's tag points to if it is (so that forced rebuilds,
+        e.g. by the benchmark, never switch a chain to a twin and change its children's keys), else the first by id
+        of those carrying the key (BuildKit makes no intermediate images, and a reproducible build makes one image
+        of one key). The stage label must be the key's stage's: an image built FROM a stage inherits its labels."""
         try:
             tagged = self.client.api.inspect_image(tag)
             labels = tagged["Config"].get("Labels") or {}
-            if labels.get(CONTENT_KEY_LABEL) == key and self._built_for(tagged["Id"], key):
+            if labels.get(CONTENT_KEY_LABEL) == key:
                 return tagged["Id"]
         except docker.errors.ImageNotFound:
             pass
-        # all=True: a stage image whose tag moved on is "intermediate" to the engine once it has children
-        found = self.client.api.images(all=True, filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
-        own = [image for image in found if self._built_for(image["Id"], key)]
-        # the builder's label steps are layers of their own: only the top one of a build is the stage's image
-        below = {image.get("ParentId") for image in own}
-        own = [image for image in own if image["Id"] not in below]
-        return min(own, key=lambda image: (image.get("Created", 0), image["Id"]))["Id"] if own else None
-
-    def _built_for(self, image_id: str, key: str) -> bool:
-        """The builder adds its labels (key, created, revision) as the last steps of a build, one LABEL each: an image
-        is the key's own when the key is among the unbroken run of those steps at the top of its history. A layer of
-        a child's build inherits the labels but has a step of its own above them (the twin the lookup once took)."""
-        for entry in self.client.api.history(image_id):
-            step = entry.get("CreatedBy") or ""
-            if f"LABEL {CONTENT_KEY_LABEL}={key}" in step:
-                return True
-            if not any(f"LABEL {name}=" in step for name in BUILDER_LABELS):
-                return False
-        return False
+        found = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
+        return min((image["Id"] for image in found), default=None)
 
     def _tag(self, image_id: str, tag: str) -> None:
         repo, _, name = tag.rpartition(":")
         self.client.api.tag(image_id, repo, name, force=True)
 
-    def _external_parent_id(self, stage: Stage, platform: str) -> str:
-        ref = stage.parent_ref
+    def _image_id(self, ref: str) -> str | None:
         try:
             return self.client.api.inspect_image(ref)["Id"]
         except docker.errors.ImageNotFound:
-            pass
+            return None
+
+    def _external_parent_id(self, stage: Stage, platform: str) -> str:
+        ref = stage.parent_ref
+        found = self._image_id(ref)
+        if found:
+            return found
         self.out(f"pulling {ref} ({platform}) ...")
         try:
             self.client.api.pull(ref, platform=platform)
@@ -212,7 +215,7 @@ class Builder:
             raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
 
     def _platform(self, stage: Stage) -> str:
-        return stage.platform or stage.variant.arch_spec.docker_platform
+        return stage.variant.arch_spec.docker_platform
 
     @functools.cached_property
     def store(self) -> WheelStore:
@@ -236,8 +239,21 @@ class Builder:
         self.progress(f"{label} wheel store: {len(wanted)} file(s), {fetched} downloaded now")
         return len(wanted), fetched
 
+    def _args(self, dockerfile: str) -> dict[str, str]:
+        """The build args a stage's Dockerfile declares and the builder sets: the native stages' base, when a local
+        one is given (else the Dockerfile's default, the matrix's image)."""
+        base = self.settings.installer_base
+        return {INSTALLER_ARG: base} if base and INSTALLER_ARG in declared_args(dockerfile) else {}
+
+    def _labels(self, key: str) -> dict[str, str]:
+        """The labels the builder sets: the content key, and the time and revision the image is of (the last change
+        to what images are made from: a rebuild of that revision gives the same image, DESIGN 24)."""
+        date = self.settings.source_date
+        return {CONTENT_KEY_LABEL: key, "org.opencontainers.image.created": date.iso,
+                "org.opencontainers.image.revision": date.revision}
+
     # --- one stage -----------------------------------------------------------------------------
-    def build_stage(self, stage: Stage, index: int, total: int, server: BuildServer) -> StageResult:
+    def build_stage(self, stage: Stage, index: int, total: int) -> StageResult:
         started = time.monotonic()
         platform = self._platform(stage)
         label = f"[{index}/{total} {stage.kind}]"
@@ -245,16 +261,18 @@ class Builder:
             parent_id = self.results[stage.parent.tag].image_id
         else:
             parent_id = self._external_parent_id(stage, platform)
-        tools = tuple(self.results[need.tag].image_id for need in stage.needs)
         # Another process on this host may be building the same stage (same tag: same context directory) or
         # the same content under another tag: claim both, wait for the holder, then reuse what it built.
         with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
-            captured = None
-            if KINDS[stage.kind].captures_env:
-                captured = capture_env(self.client, parent_id, stage.variant.env_scripts)
-            ctx, files = self.renderer.context(stage, self.settings.sources, captured)
-            context = self.renderer.write(stage, self.context_dir, ctx, files)
-            key = content_key(context, parent_id, platform, stage.namespace, tools)
+            ctx, files = self.renderer.context(stage, self.settings.sources)
+            context = self.renderer.write(stage, self.context_dir, ctx, files,
+                                          mtime=self.settings.source_date.epoch)
+            dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
+            args = self._args(dockerfile)
+            given_args = {k: self._image_id(v) or v for k, v in args.items()}
+            epoch = self.settings.source_date.epoch
+            key = content_key(context, parent_id, platform, stage.namespace,
+                              build_given(given_args, self._labels(""), epoch))
             existing = None if self.settings.force else self._find_by_key(key, stage.tag)
             if existing:
                 return self._reuse(label, stage, existing, key, started, context)
@@ -269,11 +287,10 @@ class Builder:
                         self.out(f"{label} {stage.tag}: pulled from the stage cache (content key {key[:12]})")
                         return StageResult(stage.tag, stage.kind, "pulled", pulled, key,
                                            time.monotonic() - started, None, str(context))
-                if self.native is not None:  # this stage builds: so do the locked ones after it
-                    self.native.schedule(later_locked_stages(self._stages, stage))
-                    self.native.wait_for(stage)
                 wheels = self._fill_store(label, ctx)
-                result = self._build_claimed(stage, label, index, key, context, server, started, tools)
+                build = buildx.BuildxBuild(context, platform, args=args, labels=self._labels(key),
+                                           source_date_epoch=epoch, no_cache=self.settings.nocache)
+                result = self._build_claimed(stage, label, index, key, build, dockerfile, ctx, started)
                 result = replace(result, wheels_wanted=wheels[0], wheels_downloaded=wheels[1])
         if self.cache is not None:
             self.cache.push(stage, key, result.image_id)
@@ -288,98 +305,78 @@ class Builder:
         return StageResult(stage.tag, stage.kind, "reused", image_id, key, time.monotonic() - started, None,
                            str(context))
 
-    def _build_claimed(self, stage: Stage, label: str, index: int, key: str, context: Path, server: BuildServer,
-                       started: float, tools: tuple[str, ...] = ()) -> StageResult:
+    def _build_claimed(self, stage: Stage, label: str, index: int, key: str, build: buildx.BuildxBuild,
+                       dockerfile: str, ctx: dict[str, Any], started: float) -> StageResult:
         if self._cancelled.is_set():  # Ctrl-C came while this stage waited for its claim
             raise Interrupted(f"{label} {stage.tag} not started; no tag was set for it")
-        platform = self._platform(stage)
         log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
         self.out(f"{label} {stage.tag}: building (log {log_path})")
-        buildargs = _build_args(context, server, tools)
-        labels = {
-            CONTENT_KEY_LABEL: key,
-            "org.opencontainers.image.created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "org.opencontainers.image.revision": self.settings.revision,
-        }
-        image_id = None
-        error = None
+        running = buildx.Running()
+        with self._lock:
+            self._running.add(running)
+        interrupted = f"{label} {stage.tag} stopped at step {{}} after {{}}; no tag was set for it, the " \
+                      f"stages before it are kept and reused next time. Log: {log_path}"
+        error = ""
+        image_id = ""
         with StageProgress(label, log_path, self.progress) as progress:
-            # A stage with a native part (the installer's, on the host's own arch) names its target platform in its
-            # own FROM lines: the classic builder refuses COPY --from a stage of another platform than the build's
-            stream = self.client.api.build(
-                path=str(context), rm=True, forcerm=True, pull=False, decode=True, nocache=self.settings.nocache,
-                network_mode="host", platform=None if stage.needs else platform, buildargs=buildargs, labels=labels,
-            )
-            with self._lock:
-                self._streams.add(stream)
-            interrupted = f"{label} {stage.tag} stopped at step {{}} after {{}}; no tag was set for it, the " \
-                          f"stages before it are kept and reused next time. Log: {log_path}"
             try:
-                for chunk in stream:
-                    if "stream" in chunk:
-                        for text in chunk["stream"].splitlines():
-                            progress.line(text)
-                    if "aux" in chunk and "ID" in chunk["aux"]:
-                        image_id = chunk["aux"]["ID"]
-                    if "error" in chunk:
-                        error = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-                        progress.line(f"ERROR: {error}")
+                with stage_inputs(dockerfile, ctx.get("packages", {}).get("wanted", []), self.settings.sources,
+                                  self.settings.inputs, self.store, self.settings.work_dir / "inputs") as given:
+                    buildx.run(replace(build, contexts=given.contexts, secrets=given.secrets), stage.tag, progress,
+                                          running, oci=self.reproducible)
+                    image_id = self.client.api.inspect_image(stage.tag)["Id"]
             except KeyboardInterrupt:
-                # dropping the connection makes the engine cancel the build and remove its container
-                stream.close()
                 progress.line("INTERRUPTED (Ctrl-C)")
                 raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed))) from None
-            except Exception:
-                if not self._cancelled.is_set():
-                    raise
-                # another thread took Ctrl-C and dropped this stage's connection (parallel builds)
-                progress.line("INTERRUPTED (Ctrl-C)")
-                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed))) from None
+            except BuildError as exc:
+                error = str(exc)
+                progress.line(f"ERROR: {error}")
             finally:
                 with self._lock:
-                    self._streams.discard(stream)
-            if self._cancelled.is_set():
-                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed)))
+                    self._running.discard(running)
             step = progress.step
-        # ENOSPC inside a RUN step shows only in its output; the step itself just "returned a non-zero code"
+        if self._cancelled.is_set():
+            raise Interrupted(interrupted.format(step or "?", fmt_seconds(progress.elapsed)))
+        # ENOSPC inside a RUN step shows only in its output; the step itself just "did not complete successfully"
         if error and disk_full(f"{error}\n{progress.tail()}"):
             error += " (the engine's disk is full: free space with `docker system prune`, then run again)"
-        if error or not image_id:
+        if error:
             raise BuildError(
                 f"{label} {stage.tag} failed at step {step or '?'} after {fmt_seconds(progress.elapsed)}: "
-                f"{error or 'the builder returned no image id'}\n"
-                f"--- last lines of {log_path} ---\n{progress.tail()}\n--- full log: {log_path}\n"
+                f"{error}\n--- last lines of {log_path} ---\n{progress.tail()}\n--- full log: {log_path}\n"
                 f"(no tag was set for {stage.tag})"
             )
-        self._tag(image_id, stage.tag)
         seconds = time.monotonic() - started
-        self.out(f"{label} {stage.tag}: built in {fmt_seconds(seconds)} ({image_id[7:19]})")
-        return StageResult(stage.tag, stage.kind, "built", image_id, key, seconds, str(log_path), str(context))
+        self.out(f"{label} {stage.tag}: built in {fmt_seconds(seconds)} ({image_id.removeprefix('sha256:')[:12]}; "
+                 f"{progress.steps_run} step(s) run, {progress.steps_cached} from the engine's cache)")
+        return StageResult(stage.tag, stage.kind, "built", image_id, key, seconds, str(log_path), str(build.context))
+
+    def native_tool(self, stage: Stage, name: str) -> str:
+        """The `installer` build stage of a locked stage's Dockerfile (its native tool: the build host's Python and uv
+        with the install scripts) as an image named `name`, for measuring what it does (bench/install.py)."""
+        ctx, files = self.renderer.context(stage, self.settings.sources)
+        context = self.renderer.write(stage, self.context_dir, ctx, files, mtime=self.settings.source_date.epoch)
+        dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
+        self._fill_store(f"[native tool of {stage.kind}]", ctx)
+        build = buildx.BuildxBuild(context, self._platform(stage), args=self._args(dockerfile),
+                                   source_date_epoch=self.settings.source_date.epoch, target="installer")
+        log_path = self.log_dir / f"native-tool-{stage.slug}.log"
+        with StageProgress(f"[native tool of {stage.kind}]", log_path, self.progress) as progress, \
+                stage_inputs(dockerfile, ctx.get("packages", {}).get("wanted", []), self.settings.sources,
+                             self.settings.inputs, self.store, self.settings.work_dir / "inputs") as given:
+            buildx.run(replace(build, contexts=given.contexts, secrets=given.secrets), name, progress,
+                       oci=self.reproducible)
+        return name
 
     # --- a whole plan --------------------------------------------------------------------------
     def build(self, plan: BuildPlan) -> list[StageResult]:
         total = len(plan.stages)
         started = time.monotonic()
-        sources = self.settings.sources
-        cann_dir = sources.cann.directory if sources.cann.kind == "local" else sources.cann.cache
-        artifacts_dir = sources.artifacts.directory or sources.artifacts.cache
-        self._stages = list(plan.stages)
-        with BuildServer(self.settings.inputs, cann_dir, artifacts_dir,
-                         built_wheels=self.settings.built_wheels, wheel_store=self.settings.wheel_store) as server:
-            if not (self.settings.force or self.settings.nocache):  # forced or cache-less: every stage anew
-                self.native = NativeParts(
-                    self.client, functools.partial(self._native_context, server=server),
-                    lambda stage: all(need.tag in self.results for need in stage.needs), self._streams, self._lock,
-                    self._cancelled, self.log_dir, self.settings.work_dir, self.out)
-            try:
-                if self.settings.jobs > 1:
-                    self._build_parallel(plan, server)
-                else:
-                    for index, stage in enumerate(plan.stages, 1):
-                        self.results[stage.tag] = self.build_stage(stage, index, total, server)
-            finally:
-                if self.native is not None:
-                    self.native.stop()
+        if self.settings.jobs > 1:
+            self._build_parallel(plan)
+        else:
+            for index, stage in enumerate(plan.stages, 1):
+                self.results[stage.tag] = self.build_stage(stage, index, total)
         results = [self.results[s.tag] for s in plan.stages]
         built = sum(r.status == "built" for r in results)
         pulled = sum(r.status == "pulled" for r in results)
@@ -389,19 +386,10 @@ class Builder:
         self._write_report(plan, results)
         return results
 
-    def _native_context(self, stage: Stage, scratch: Path, server: BuildServer) -> tuple[Path, dict[str, str]]:
-        """A locked stage's context, written to `scratch`, with its wheels in the store, for its native part ahead:
-        the same files and build args its own build will have, so that build finds the steps in the cache."""
-        ctx, files = self.renderer.context(stage, self.settings.sources, None)
-        self._fill_store(f"[native part of {stage.kind}]", ctx)
-        context = self.renderer.write(stage, scratch, ctx, files)
-        tools = tuple(self.results[need.tag].image_id for need in stage.needs)
-        return context, _build_args(context, server, tools)
-
-    def _build_parallel(self, plan: BuildPlan, server: BuildServer) -> None:
+    def _build_parallel(self, plan: BuildPlan) -> None:
         """Up to `jobs` stages at once, each as soon as its parent is built. After a failure nothing new starts,
-        the running stages finish, and the first error is raised. Ctrl-C drops every running build's connection
-        (the engine stops those builds) and raises Interrupted naming them."""
+        the running stages finish, and the first error is raised. Ctrl-C cancels every running build (buildx stops
+        its build) and raises Interrupted naming them."""
         index = {s.tag: i for i, s in enumerate(plan.stages, 1)}
         total, pending = len(plan.stages), list(plan.stages)
         running: dict[Future[StageResult], Stage] = {}
@@ -412,10 +400,9 @@ class Builder:
                     for stage in [s for s in pending if not errors]:
                         if len(running) >= self.settings.jobs:
                             break
-                        ready = [s for s in (stage.parent, *stage.needs) if s is not None]
-                        if all(s.tag in self.results for s in ready):
+                        if stage.parent is None or stage.parent.tag in self.results:
                             pending.remove(stage)
-                            running[pool.submit(self.build_stage, stage, index[stage.tag], total, server)] = stage
+                            running[pool.submit(self.build_stage, stage, index[stage.tag], total)] = stage
                     if not running:
                         break
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -428,8 +415,8 @@ class Builder:
             except KeyboardInterrupt:
                 self._cancelled.set()
                 with self._lock:
-                    for stream in list(self._streams):
-                        drop_build_connection(stream)
+                    for build in list(self._running):
+                        build.cancel()
                 stopped = [running[f].tag for f in running]
                 wait(running)
                 raise Interrupted(f"stopped {', '.join(stopped) or 'between stages'}; no tag was set for them, "

@@ -1,12 +1,9 @@
 """The Docker engine connection: made with an error that says what to do when there is none, a full disk told
-apart, and a running build's connection dropped from another thread (Ctrl-C, a native part ahead no longer wanted)."""
+apart, and what kind of image store the engine has."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-from typing import Any
 
 import docker
 from docker.errors import DockerException
@@ -56,25 +53,15 @@ def explain(exc: BaseException) -> str:
            "`bash scripts/setup-host.sh`, or `dockerd &`) or set DOCKER_HOST to one that runs."
 
 
+def containerd_store(client: docker.DockerClient) -> bool:
+    """Whether the engine keeps its images in containerd's store (`docker info`: the snapshotter driver type)."""
+    status = client.info().get("DriverStatus") or []
+    return any(key == "driver-type" and "io.containerd.snapshotter" in value for key, value in status)
+
+
 def image_exists(client: docker.DockerClient, ref: str) -> bool:
     try:
         client.api.inspect_image(ref)
     except docker.errors.ImageNotFound:
         return False
     return True
-
-
-def drop_build_connection(stream: Any) -> None:
-    """End a build's HTTP connection from another thread: the engine then stops that build and removes its
-    container. A generator cannot be closed while another thread runs it, and closing a socket does not wake a
-    thread blocked reading it; shutting the socket down does. docker-py keeps the response in the frame of its
-    stream generator."""
-    frame = getattr(stream, "gi_frame", None)
-    response = frame.f_locals.get("response") if frame is not None else None
-    raw = getattr(response, "raw", None)
-    sock = getattr(getattr(raw, "_connection", None), "sock", None)
-    if sock is None:  # the connection was already handed back: reach the socket through the file object
-        sock = getattr(getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):  # already shut by the engine
-            sock.shutdown(socket.SHUT_RDWR)

@@ -1,34 +1,94 @@
-"""Progress for long builds: which stage of how many, the current step, elapsed time; and the
-full log of each stage on disk. The step and heartbeat lines are progress, so they go to stderr (console.note:
-nothing with --quiet); what became of each stage (built, reused, pulled) and the image tags stay the build's
-results on stdout."""
+"""Progress for long builds: which stage of how many, the current step, elapsed time; and the full log of each stage
+on disk. BuildKit reports a build as vertices (one per Dockerfile step and per internal job) with their start, end,
+cache state, error and output; buildx's `--progress rawjson` streams that record as JSON objects, which `StageProgress`
+turns into the stage's log (numbered like buildx's plain output: `#7 [packages 3/5] RUN ...`, `#7 0.52 output`, `#7
+DONE 3.1s`) and into step and heartbeat lines. Those go to stderr (console.note: nothing with --quiet); what became of
+each stage (built, reused, pulled) and the image tags stay the build's results on stdout."""
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import json
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from ascend_images.console import fmt_seconds, note
 
-__all__ = ["HEARTBEAT_SECONDS", "StageProgress", "fmt_seconds", "printer"]
+__all__ = ["HEARTBEAT_SECONDS", "StageProgress", "fmt_seconds", "printer", "rawjson_events"]
 HEARTBEAT_SECONDS = 20.0
 LOG_MARK = "[ascend-images]"  # a line of ours in a stage's log, among the engine's
+# a Dockerfile step's vertex: `[stage n/m] INSTRUCTION ...` (`[n/m]` when the Dockerfile has one unnamed stage)
+STEP = re.compile(r"^\[(?:(?P<stage>[^\]\s]+) )?(?P<n>\d+)/(?P<m>\d+)\] (?P<what>.*)$", re.DOTALL)
+
+
+def rawjson_events(stream: Iterable[str]) -> Iterator[dict[str, Any] | str]:
+    """The JSON objects of buildx's `--progress rawjson` (concatenated, pretty-printed) as dicts, and any other text
+    it writes between them (its final `ERROR: ...`) as lines."""
+    decoder = json.JSONDecoder()
+    buffer = ""
+    for chunk in stream:
+        buffer += chunk
+        while buffer:
+            stripped = buffer.lstrip()
+            if not stripped:
+                buffer = ""
+                break
+            if stripped[0] != "{":
+                line, newline, rest = stripped.partition("\n")
+                if not newline:  # a line still arriving
+                    buffer = stripped
+                    break
+                yield line
+                buffer = rest
+                continue
+            try:
+                obj, end = decoder.raw_decode(stripped)
+            except json.JSONDecodeError:
+                buffer = stripped  # an object still arriving
+                break
+            yield obj
+            buffer = stripped[end:]
+    if buffer.strip():
+        yield buffer.strip()
+
+
+def _time(value: str | None) -> float | None:
+    if not value:
+        return None
+    # BuildKit writes nanoseconds; Python parses microseconds
+    value = re.sub(r"(\.\d{6})\d+", r"\1", value).replace("Z", "+00:00")
+    return dt.datetime.fromisoformat(value).timestamp()
+
+
+@dataclass
+class _Vertex:
+    number: int
+    name: str
+    started: float | None = None
+    done: bool = False
 
 
 @dataclass
 class StageProgress:
-    label: str  # e.g. "[3/7 cann-install ascend-images/cann-install:...]"
+    label: str  # e.g. "[3/7 cann-install]"
     log_path: Path
     out: Callable[[str], None] = note
     started: float = field(default_factory=time.monotonic)
-    step: str = ""
+    step: str = ""  # the Dockerfile step running now, e.g. "packages 3/5"
     last_line: str = ""
+    error: str = ""  # the first step error BuildKit reported
     _last_print: float = field(default_factory=time.monotonic)
     _log: TextIO | None = None
+    _vertices: dict[str, _Vertex] = field(default_factory=dict)
+    _statuses: set[str] = field(default_factory=set)
+    steps_run: int = 0  # Dockerfile steps BuildKit ran (not taken from its cache)
+    steps_cached: int = 0
 
     def __enter__(self) -> StageProgress:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -45,28 +105,85 @@ class StageProgress:
         return time.monotonic() - self.started
 
     def line(self, text: str) -> None:
-        """One line of builder output: logged always, shown when it starts a step or on a heartbeat."""
+        """A line of ours (or of buildx's outside its JSON) into the log."""
         assert self._log is not None
-        stripped = text.strip()
-        starts_step = stripped.startswith("Step ") and " : " in stripped
-        if starts_step:
-            # the engine's log says no time: where a stage spent its minutes is read off these lines
-            self._log.write(f"{LOG_MARK} {fmt_seconds(self.elapsed)}: {stripped.split(' : ', 1)[0].lower()}\n")
         self._log.write(text + "\n")
         self._log.flush()
-        if not stripped:
+        if text.strip():
+            self.last_line = text.strip()
+
+    def event(self, item: dict[str, Any] | str) -> None:
+        """One of buildx's rawjson objects (or a line of text beside them)."""
+        if isinstance(item, str):
+            self.line(item)
             return
+        for vertex in item.get("vertexes") or []:
+            self._vertex(vertex)
+        for status in item.get("statuses") or []:
+            self._status(status)
+        for log in item.get("logs") or []:
+            self._output(log)
+        for warning in item.get("warnings") or []:
+            text = base64.b64decode(warning.get("short") or b"").decode("utf-8", "replace").strip()
+            if text:
+                self.line(f"WARNING: {text}")
+
+    def _vertex(self, vertex: dict[str, Any]) -> None:
+        digest = vertex.get("digest", "")
+        seen = self._vertices.get(digest)
+        if seen is None:
+            seen = self._vertices[digest] = _Vertex(len(self._vertices) + 1, vertex.get("name", ""))
+        started, completed = _time(vertex.get("started")), _time(vertex.get("completed"))
+        if started is not None and seen.started is None:
+            seen.started = started
+            self.line(f"#{seen.number} {seen.name}")
+            self._step(seen)
+        if seen.done or (completed is None and not vertex.get("cached")):
+            return
+        seen.done = True
+        if vertex.get("error"):
+            self.line(f"#{seen.number} ERROR: {vertex['error']}")
+            self.error = self.error or f"{seen.name}: {vertex['error']}"
+        elif vertex.get("cached"):
+            self.line(f"#{seen.number} CACHED")
+            self.steps_cached += bool(STEP.match(seen.name))
+        else:
+            took = completed - (seen.started or completed) if completed is not None else 0.0
+            self.line(f"#{seen.number} DONE {took:.1f}s")
+            self.steps_run += bool(STEP.match(seen.name))
+
+    def _status(self, status: dict[str, Any]) -> None:
+        """A vertex's sub-task (exporting layers, unpacking, a transfer): logged once, when it completes, with its
+        time, so where an export spends its seconds is read off the log."""
+        completed, started = _time(status.get("completed")), _time(status.get("started"))
+        if completed is None or status.get("id") in self._statuses:
+            return
+        self._statuses.add(status["id"])
+        vertex = self._vertices.get(status.get("vertex", ""))
+        took = completed - started if started is not None else 0.0
+        self.line(f"#{vertex.number if vertex else 0} {status['id']} {took:.1f}s")
+
+    def _step(self, vertex: _Vertex) -> None:
+        match = STEP.match(vertex.name)
+        if match is None:
+            return
+        self.step = " ".join(filter(None, (match["stage"], f"{match['n']}/{match['m']}")))
+        # the engine's log says no time: where a stage spent its minutes is read off these lines
+        self.line(f"{LOG_MARK} {fmt_seconds(self.elapsed)}: step {self.step}")
+        self.out(f"{self.label} step {self.step} ({fmt_seconds(self.elapsed)}): {_short(match['what'])}")
+        self._last_print = time.monotonic()
+
+    def _output(self, log: dict[str, Any]) -> None:
+        vertex = self._vertices.get(log.get("vertex", ""))
+        number = vertex.number if vertex else 0
+        text = base64.b64decode(log.get("data") or b"").decode("utf-8", "replace")
+        for piece in text.splitlines():
+            self.line(f"#{number} {piece}")
         now = time.monotonic()
-        if starts_step:
-            self.step = stripped.split(" : ", 1)[0].removeprefix("Step ")
-            self.out(f"{self.label} step {self.step} ({fmt_seconds(self.elapsed)}): "
-                     f"{_short(stripped.split(' : ', 1)[1])}")
-            self._last_print = now
-        elif now - self._last_print >= HEARTBEAT_SECONDS:
+        if self.last_line and now - self._last_print >= HEARTBEAT_SECONDS:
             self.out(f"{self.label} step {self.step or '?'} still running ({fmt_seconds(self.elapsed)}): "
-                     f"{_short(stripped)}")
+                     f"{_short(self.last_line.split(' ', 1)[-1])}")
             self._last_print = now
-        self.last_line = stripped
 
     def tail(self, lines: int = 25) -> str:
         text = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()

@@ -6,7 +6,6 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ascend_images.checkout import revision
 from ascend_images.cli.build import base_images
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags, env_flag, output_path, whole_number
 from ascend_images.cli.taskdef import INPUTS, SELECTION, SOURCES, run_body, task
@@ -14,6 +13,8 @@ from ascend_images.console import Steps
 from ascend_images.errors import SelectionError
 from ascend_images.matrix.rules import enforce
 from ascend_images.matrix.selection import parse_env_overrides
+from ascend_images.stages.contexts import INSTALLER_OS
+from ascend_images.stages.plan import host_arch
 
 Out = Callable[[str], None]
 
@@ -74,7 +75,7 @@ def bench_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     a scratch dockerd here, or `fleet_engine`) is measured pulling from it."""
     from ascend_images.bench.run import PHASES, phase_steps, run_bench, table
     from ascend_images.bench.setup import BenchSetup
-    from ascend_images.builder.build import BuildSettings
+    from ascend_images.builder.build import BuildSettings, source_date
     from ascend_images.builder.engine import connect, image_exists
 
     matrix = sel.load()
@@ -87,10 +88,11 @@ def bench_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     selection = {"device": sel.device, "backend": sel.backend, "release": sel.release, "os": sel.os,
                  "arch": sel.arch, "python": sel.python, "profile": sel.profile,
                  "env": parse_env_overrides(sel.env), "allocator": sel.allocator}
+    bases = base_images(variants, None, lambda ref: image_exists(client, ref))
     settings = BuildSettings(flags.sources(matrix), input_flags.inputs(flags.index_credentials()), work_dir,
-                             revision=revision(), wheel_store=flags.store_root())
-    setup = BenchSetup(client, settings, Path(sel.matrix_path), selection,
-                       base_images(variants, None, lambda ref: image_exists(client, ref)), namespace, out,
+                             source_date=source_date(matrix), wheel_store=flags.store_root(),
+                             installer_base=bases.get((INSTALLER_OS, host_arch())))
+    setup = BenchSetup(client, settings, Path(sel.matrix_path), selection, bases, namespace, out,
                        stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,
                        steps=steps)
     report = run_bench(setup, runs=runs, measure_alone=measure_alone, phases=phases)

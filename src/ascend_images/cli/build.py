@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
-from ascend_images.checkout import revision
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags, checked_path, output_path, whole_number
 from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
@@ -19,8 +18,8 @@ from ascend_images.matrix.model import Variant, load_matrix
 from ascend_images.matrix.rules import RULES, enforce, evaluate
 from ascend_images.matrix.selection import all_variants
 from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
-from ascend_images.stages.kinds import KINDS
-from ascend_images.stages.plan import INSTALLER_OS, BuildPlan, PlanOptions, host_arch, make_plan
+from ascend_images.stages.contexts import INSTALLER_OS
+from ascend_images.stages.plan import BuildPlan, PlanOptions, host_arch, make_plan
 from ascend_images.stages.render import Renderer
 
 Out = Callable[[str], None]
@@ -107,7 +106,8 @@ def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
             over = f"  (overrides {', '.join(f'{layer}={value}' for layer, value in e.overrides)})" if e.overrides \
                 else ""
             out(f"{e.name:48} {e.value:28} {e.layer:18} {e.source}{over}")
-        out("# plus what the CANN env scripts set, captured at build time: " + "; ".join(v.env_scripts))
+        out("# plus what the CANN env scripts set (matrix.yaml cann.env_sets, checked against them at build time): "
+            + "; ".join(v.env_scripts))
     return 0
 
 
@@ -167,7 +167,7 @@ def committed_renderings(sel: Selection, out: Out, update: bool = False, check: 
                              "Dockerfile (rendered/ holds what CI publishes and every default): leave it out")
     if update:
         count, directory = rendered.update(sel.matrix_path)
-        out(f"wrote {count} Dockerfiles to {directory}")
+        out(f"wrote {count} files (the build contexts and the bake file) to {directory}")
         return 0
     result, directory = rendered.drift(sel.matrix_path)
     if result.clean:
@@ -235,7 +235,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     """Validate everything, then build; returns (plan, results)."""
     if jobs < 1:
         raise SelectionError(f"--jobs {jobs}: at least 1 (stages built at once)")
-    from ascend_images.builder.build import Builder, BuildSettings
+    from ascend_images.builder.build import Builder, BuildSettings, source_date
     from ascend_images.builder.engine import connect, image_exists
     from ascend_images.cli.inputs import fetch_selection
 
@@ -259,14 +259,13 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     # seconds, not after an hour of CANN and torch
     renderer = Renderer()
     for stage in plan.stages:
-        if not KINDS[stage.kind].captures_env:  # needs the env captured from its built parent image
-            renderer.context(stage, sources)
+        renderer.context(stage, sources)
     out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
     for stage in plan.stages:
         out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
-    settings = BuildSettings(sources, inputs, work_dir, force=force, revision=revision(), jobs=jobs,
+    settings = BuildSettings(sources, inputs, work_dir, force=force, source_date=source_date(matrix), jobs=jobs,
                              stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only,
-                             wheel_store=flags.store_root())
+                             wheel_store=flags.store_root(), installer_base=bases.get((INSTALLER_OS, host_arch())))
     builder = Builder(client, settings, out=out)
     results = builder.build(plan)
     for v in variants:
@@ -289,10 +288,11 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
     from ascend_images.inputs.osimage import make_os_image as make
     from ascend_images.inputs.osimage import os_image_spec
 
-    spec = os_image_spec(load_matrix(checked_path("--matrix", matrix_path, "file")), os_name, arch, mirror)
+    matrix = load_matrix(checked_path("--matrix", matrix_path, "file"))
+    spec = os_image_spec(matrix, os_name, arch, mirror)
     client = connect()
     out(f"debootstrap {spec.suite} ({spec.docker_arch}) from {spec.public_mirror} -> {spec.tag}")
-    tag = make(client, spec, (work_dir or Path(project_path(None, "build"))) / "logs")
+    tag = make(client, spec, (work_dir or Path(project_path(None, "build"))) / "logs", matrix.source_date_epoch)
     out(f"loaded {tag}")
     return tag
 

@@ -75,11 +75,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def image_tarball(rootfs: Path, spec: OsImageSpec, workdir: Path) -> Path:
-    """A docker-save tarball of `rootfs` as one layer, tagged spec.tag, for spec.docker_arch."""
+def image_tarball(rootfs: Path, spec: OsImageSpec, workdir: Path, epoch: int = 0) -> Path:
+    """A docker-save tarball of `rootfs` as one layer, tagged spec.tag, for spec.docker_arch. Times later than
+    `epoch` (the matrix release's date) are clamped to it, as every stage over it clamps its own (DESIGN 24)."""
     layer = workdir / "layer.tar"
     # GNU tar keeps device nodes, hard links and numeric owners exactly as debootstrap made them
-    subprocess.run(["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(layer), "."],
+    clamp = [f"--mtime=@{epoch}", "--clamp-mtime"] if epoch else []
+    subprocess.run(["tar", "--numeric-owner", "--xattrs", *clamp, "-C", str(rootfs), "-cf", str(layer), "."],
                    check=True)
     diff_id = f"sha256:{_sha256(layer)}"
     config: dict[str, object] = {
@@ -122,7 +124,7 @@ def debootstrap(spec: OsImageSpec, target: Path, log: Path) -> None:
         raise AscendImagesError(f"debootstrap failed (exit {result.returncode}); log: {log}\n{tail}{hint}")
 
 
-def make_os_image(client: object, spec: OsImageSpec, log_dir: Path) -> str:
+def make_os_image(client: object, spec: OsImageSpec, log_dir: Path, epoch: int = 0) -> str:
     """Debootstrap, load and verify; returns the image tag."""
     log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ascend-os-") as tmp:
@@ -137,7 +139,7 @@ def make_os_image(client: object, spec: OsImageSpec, log_dir: Path) -> str:
             for item in (rootfs / cache).glob("*"):
                 if item.is_file():
                     item.unlink()
-        tarball = image_tarball(rootfs, spec, work)
+        tarball = image_tarball(rootfs, spec, work, epoch)
         with tarball.open("rb") as handle:
             client.api.load_image(handle)  # type: ignore[attr-defined]
     attrs = client.api.inspect_image(spec.tag)  # type: ignore[attr-defined]

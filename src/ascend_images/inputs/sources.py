@@ -18,8 +18,8 @@ from ascend_images.matrix.model import Variant
 
 CannSourceKind = Literal["image", "url", "local"]
 OFFICIAL_CANN_IMAGE = "quay.io/ascend/cann"
-# The build server's address is a build ARG, expanded by the shell inside RUN.
-SERVER_VAR = "${ASCEND_BUILD_SERVER}"
+# Where a build's RUN steps find their inputs: each named build context (cann, artifacts, wheels) bind-mounted here
+INPUTS_DIR = "/run/ascend-images"
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ def is_test_double(directory: Path | None) -> bool:
 @dataclass(frozen=True)
 class Artifact:
     file: str
-    url: str
+    url: str  # where the build takes it: upstream, or a path under INPUTS_DIR
     sha256: str
+    local: Path | None = None  # the host's copy, which the build's named context holds
 
 
 def local_wheel(w: Wanted, directory: Path | None, cache: Path | None, pins: Mapping[str, Pin]) -> Wanted | None:
@@ -81,11 +82,11 @@ def name_wheel(w: Wanted, directory: Path | None, cache: Path | None, pins: Mapp
 def resolve_artifacts(what: str, wanted: list[Wanted], known: dict[str, str], directory: Path | None,
                       strict: bool, cache: Path | None = None, pins: Mapping[str, Pin] | None = None
                       ) -> dict[str, Artifact]:
-    """Where each wanted file comes from, in this order:
-    - `directory` (--cann-dir / --artifacts-dir): every file must be there;
-    - `cache` (filled by `invoke fetch`): the files it holds;
-    - upstream, with the sha256 from `known`, required when strict.
-    A local copy is served by the build server under /<mount>/; where a sha256 is known, the copy must have it."""
+    """Where each wanted file comes from: `directory` (--cann-dir / --artifacts-dir: every file must be there), else
+    `cache` (filled by `invoke fetch`). A build takes it from there as its named build context `<mount>` (INPUTS_DIR),
+    never from the network: downloads are fetch's (resumed, retried, verified, cached once per host). Its sha256 is
+    the local copy's, which must be the one `known` (pins.yaml, --checksums, this host's trust record) or the matrix
+    names; a preview render (not strict) of a file not fetched yet shows the pin, or a placeholder."""
     out: dict[str, Artifact] = {}
     wanted = [name_wheel(w, directory, cache, pins or {}, strict) for w in wanted]
     if directory is not None:
@@ -95,6 +96,7 @@ def resolve_artifacts(what: str, wanted: list[Wanted], known: dict[str, str], di
             raise SelectionError(f"{what} needs {', '.join(missing)} in {directory}; it has: {', '.join(have)}")
     for w in wanted:
         expected = known.get(w.file) or w.sha256
+        path = f"{INPUTS_DIR}/{w.mount}/{w.file}"
         local = next((d / w.file for d in (directory, cache) if d is not None and (d / w.file).is_file()), None)
         if local is not None:
             got = sha256_file(local)
@@ -102,15 +104,15 @@ def resolve_artifacts(what: str, wanted: list[Wanted], known: dict[str, str], di
                 raise SelectionError(f"{what}: {local} has sha256 {got}, but {expected} is expected "
                                      "(matrix.yaml, the lock, pins.yaml or this host's trust record); delete it and "
                                      "fetch it again")
-            out[w.key] = Artifact(w.file, f"{SERVER_VAR}/{w.mount}/{w.file}", got)
+            out[w.key] = Artifact(w.file, path, got, local)
             continue
-        if expected is None and strict:
+        if strict:
             raise SelectionError(
-                f"{what}: no pin for {w.file} in pins.yaml (upstream publishes no sha256). Fetch it first: "
-                "`invoke fetch` (or `invoke build ... --fetch`) downloads it and trusts it on first use; or pass "
-                "--checksums FILE, or put the file in a local directory (--cann-dir / --artifacts-dir)"
-            )
-        out[w.key] = Artifact(w.file, w.url, expected or MISSING_SHA256)
+                f"{what}: {w.file} is not fetched yet; a build takes it from this host's download cache, not the "
+                "network: `invoke fetch` (or `invoke build ... --fetch`) downloads and verifies it (and trusts it on "
+                "first use where pins.yaml has no pin yet), or put the file in a local directory (--cann-dir / "
+                "--artifacts-dir)")
+        out[w.key] = Artifact(w.file, path, expected or MISSING_SHA256)
     return out
 
 
@@ -194,7 +196,7 @@ Credential = tuple[str, str, str]  # (host, login, password) as a netrc `machine
 
 def split_url(flag: str, url: str, what: str = "index") -> tuple[str, Credential | None]:
     """A URL given on the command line (an index, an OS mirror) as (the URL without credentials, its credentials):
-    only the first may reach a Dockerfile, a label or a content key; the second travels by the build server (a
+    only the first may reach a Dockerfile, a label or a content key; the second travels as a build secret (a
     netrc, an apt auth.conf). A token in the query string has no such way and is refused."""
     if url == "":
         return "", None
@@ -249,18 +251,9 @@ class BuildInputs:
         if self.pip_offline and self.wheelhouse is None:
             raise SelectionError("--offline needs --wheelhouse DIR: with no index, pip can only install from it")
 
-    @property
-    def has_credentials(self) -> bool:
-        """Anything secret the build server serves: then it serves it under an unguessable path. A user name alone
-        counts (token-only URLs: https://TOKEN@host/...)."""
-        urls = (self.pip_index_url, *self.pip_extra_index_urls)
-        in_urls = any(urllib.parse.urlsplit(u).username is not None for u in urls if u)
-        return (self.netrc is not None or bool(self.index_credentials) or in_urls
-                or self.os_mirror_credential is not None)
-
     def os_mirror_document(self) -> bytes | None:
-        """What os-install reads from the build server: the mirror URL, then the login and password (empty lines
-        without credentials). Served, never a build arg: `docker history` records every build arg's value."""
+        """The build secret os-install reads: the mirror URL, then the login and password (empty lines without
+        credentials). A secret, never a build arg: `docker history` records every build arg's value."""
         if not self.os_mirror:
             return None
         _, login, password = self.os_mirror_credential or ("", "", "")
@@ -275,17 +268,15 @@ class BuildInputs:
                         self.index_credentials)
         return own + (b"\n" if own and not own.endswith(b"\n") else b"") + lines.encode()
 
-    def pip_conf(self, server_url: str) -> str:
+    def pip_conf(self) -> str:
         lines = ["[global]", "no-cache-dir = true", "disable-pip-version-check = true"]
         if self.pip_index_url:
             lines.append(f"index-url = {self.pip_index_url}")
         extras = list(self.pip_extra_index_urls)
         if extras:
             lines.append("extra-index-url =\n    " + "\n    ".join(extras))
-        hosts = ["127.0.0.1", *self.pip_trusted_hosts]
-        lines.append("trusted-host =\n    " + "\n    ".join(hosts))
-        if self.wheelhouse is not None:
-            lines.append(f"find-links = {server_url}/wheelhouse/")
+        if self.pip_trusted_hosts:
+            lines.append("trusted-host =\n    " + "\n    ".join(self.pip_trusted_hosts))
         if self.pip_offline:
             lines.append("no-index = true")
         return "\n".join(lines) + "\n"

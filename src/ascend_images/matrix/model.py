@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -58,6 +59,12 @@ class Matrix:
     @property
     def releases(self) -> dict[str, ReleaseSpec]:
         return self.spec.releases
+
+    @property
+    def source_date_epoch(self) -> int:
+        """The release's date (source_date) as SOURCE_DATE_EPOCH: its midnight, UTC."""
+        day = self.spec.source_date
+        return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp())
 
 
 def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
@@ -265,6 +272,17 @@ class Variant:
     def layout_env(self) -> dict[str, str]:
         """What the official CANN image sets beside its env scripts, for this variant's torch ABI."""
         return {k: v.format(cxx_abi=self.torch_pair.cxx11_abi) for k, v in self.layout.env.items()}
+
+    @property
+    def cann_env_lines(self) -> list[str]:
+        """What this release's env scripts set (cann.env_sets), as NAME=value lines for its version and torch ABI."""
+        lines = self.matrix.spec.cann.env_sets[self.cann.env_set].lines
+        abi = str(self.torch_pair.cxx11_abi)
+        return [line.replace("{version}", self.release.cann).replace("{cxx_abi}", abi) for line in lines]
+
+    @property
+    def cann_env_source(self) -> str:
+        return self.matrix.spec.cann.env_sets[self.cann.env_set].source
 
     @property
     def env_scripts(self) -> list[str]:

@@ -6,9 +6,10 @@ tuned default goes missing from every image.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ascend_images.matrix.versions import AscendVersion
 
@@ -83,6 +84,7 @@ class PythonSpec(Strict):
 
 
 class CannReleaseSpec(Strict):
+    env_set: str  # cann.env_sets: what its env scripts set
     hdk_floor: str
     layout: str
     ops_package: Literal["kernels", "ops"]
@@ -93,12 +95,37 @@ class CannReleaseSpec(Strict):
     _hdk = field_validator("hdk_floor")(_check_ascend)
 
 
+class CannEnvSet(Strict):
+    """What a release's env scripts set: NAME=value lines in order, $VAR / ${VAR} naming a variable set before."""
+
+    source: str
+    lines: list[str]
+
+    @field_validator("lines")
+    @classmethod
+    def _lines(cls, value: list[str]) -> list[str]:
+        for line in value:
+            name, sep, _ = line.partition("=")
+            if not sep or not name.isidentifier():
+                raise ValueError(f"{line!r}: expected NAME=value")
+        return value
+
+
 class CannSpec(Strict):
     download_url: str
     download_referer: str
     packages: dict[Literal["toolkit", "nnal"], str]
     python_deps: list[str]
+    env_sets: dict[str, CannEnvSet]
     releases: dict[str, CannReleaseSpec]
+
+    @model_validator(mode="after")
+    def _env_sets_named(self) -> CannSpec:
+        for version, release in self.releases.items():
+            if release.env_set not in self.env_sets:
+                raise ValueError(f"cann.releases.{version}.env_set: {release.env_set!r} is not under cann.env_sets "
+                                 f"(valid: {', '.join(self.env_sets)})")
+        return self
 
     @field_validator("releases")
     @classmethod
@@ -375,6 +402,7 @@ class ToolSpec(Strict):
 
 class MatrixSpec(Strict):
     schema_: Literal[1] = Field(alias="schema")
+    source_date: dt.date  # the release's date: every image's SOURCE_DATE_EPOCH
     sources: dict[str, str]
     devices: dict[str, DeviceSpec]
     arches: dict[str, ArchSpec]

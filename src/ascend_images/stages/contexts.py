@@ -2,13 +2,15 @@
 variables and the files a kind's Dockerfile copies. The stage-kind table (kinds.py) names one builder per row.
 
 Every kind that installs Python packages does it the one way (DESIGN 19): what its locks add (stages/packages.py)
-is installed by uv, natively, for the target platform, with bytecode compiled natively, in a stage FROM the
-installer image; only sdists build on the target, in a throwaway stage; the stage itself copies the result in.
+is installed by uv, natively, for the target platform, with bytecode compiled natively, in build stages FROM the build
+host's own platform (`--platform=$BUILDPLATFORM`) of the same build; only sdists build on the target, in throwaway
+stages; the stage itself copies the result in.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,28 +23,66 @@ from ascend_images.inputs.artifacts import (
     source_wanted,
 )
 from ascend_images.inputs.lockfile import GLIBC_FLOOR, LockError
-from ascend_images.inputs.sources import MISSING_SHA256, SERVER_VAR, Artifact, Sources, sha256_file
+from ascend_images.inputs.sources import INPUTS_DIR, MISSING_SHA256, Artifact, Sources, sha256_file
+from ascend_images.matrix.cannenv import expand
 from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
 from ascend_images.matrix.model import Variant
 from ascend_images.stages.packages import StagePackages, stage_packages
 from ascend_images.stages.stage import Stage
 
-Captured = Mapping[str, str] | None
 LABEL_PREFIX = "io.ascend-images"
 DOWNLOADS_LABEL = f"{LABEL_PREFIX}.downloads"  # .<stage kind>: what it installed from downloads PyPI lacks
 LAYOUT_LAYER = "cann:image"  # what the official CANN image sets itself, beside its env scripts
+SCRIPTS_LAYER = "cann:set_env"  # what CANN's env scripts set (check-cann-env checks the image against them)
+INSTALLER_OS = "debian12"  # the native stages' OS: its python3 is the images' 3.11, whatever OS the images are
 PYTHON_PREFIX = "/usr/local/python"  # the image's Python (a venv of the OS's, or BiSheng's tree): what it installs into
 
 
+# the files every native stage's tool is made of: the same bytes in every stage's context, so the engine's cache builds
+# that tool once (images/common/installer/, and the rootfs helpers it runs)
+INSTALLER_FILES = {
+    **{f"installer/{name}": f"installer/{name}" for name in ("install-packages", "build-pure-wheel", "install-uv",
+                                                            "wheel-links")},
+    **{f"installer/{name}": f"rootfs/usr/local/libexec/ascend-images/{name}" for name in ("build-env", "fetch",
+                                                                                         "os-install")},
+}
+
+
 def store_url(sha256: str) -> str:
-    """A file of the wheel store as the builds fetch it (the build server finds it by its sha256)."""
-    return f"{SERVER_VAR}/wheels/{sha256}"
+    """A file of the wheel store as the builds take it: the store's directory for that sha256, in the named build
+    context `wheels` (fetch takes the one file there, and checks it)."""
+    return f"{INPUTS_DIR}/wheels/{sha256}"
+
+
+def pin_arg(file: str) -> str:
+    """The build arg that holds a download's sha256 (pins.yaml's, or the local file's): its default is rendered into
+    the Dockerfile, and a build of the committed Dockerfiles from other files (bake: `--set TARGET.args.NAME=...`)
+    names what it installs instead, which its labels then record."""
+    return "SHA256_" + re.sub(r"[^A-Za-z0-9]+", "_", file).strip("_").upper()
+
+
+def download(ctx: dict[str, Any], artifact: Artifact) -> dict[str, str]:
+    """A download PyPI does not carry, as the templates take it: its path in the build's inputs, and its sha256 as a
+    build arg (registered in ctx["download_args"], which the Dockerfile declares with its default)."""
+    arg = pin_arg(artifact.file)
+    ctx.setdefault("download_args", {})[arg] = artifact.sha256
+    return {"file": artifact.file, "url": artifact.url, "sha256": artifact.sha256, "arg": arg}
+
+
+def download_spec(ctx: dict[str, Any], artifact: Artifact) -> str:
+    """`PATH#${SHA256_...}`: what fetch and the build scripts take."""
+    item = download(ctx, artifact)
+    return f"{item['url']}#${{{item['arg']}}}"
+
+
+def installer_files() -> dict[str, bytes]:
+    return {rel: (IMAGES_DIR / "common" / source).read_bytes() for rel, source in INSTALLER_FILES.items()}
 
 
 # --- the packages of a stage -----------------------------------------------------------------------------------------
 def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
                      builds: list[dict[str, Any]] | None = None, fetched_wheels: Iterable[Artifact] = (),
-                     zips: Iterable[Artifact] = (), target_build: str = "") -> None:
+                     zips: Iterable[Artifact] = (), target_build: dict[str, Any] | None = None) -> None:
     """The variables the partials packages-*.j2 read, and the files they copy: install.txt (the lock's pins the
     image below lacks, hashed), build-requirements.txt, the stage's locks (kept in the image), plus the source builds
     the kind adds (`builds`: each one wheel, built on the target or, `native`, here) and wheels fetched as files
@@ -63,41 +103,49 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
     if pk.build_requirements:
         files["build-requirements.txt"] = ("".join(f"{line}\n" for line in pk.build_requirements)).encode()
     native = [b for b in builds or [] if b["native"]]
-    if native:
-        # the stage's own copy, not the installer's: a change to it rebuilds the stages that use it, not every one
-        files["installer/build-pure-wheel"] = (IMAGES_DIR / "common" / "installer" / "build-pure-wheel").read_bytes()
+    files.update(installer_files())
     locked_builds = [{"key": f"{build_key(v)}-{b.sha256[:16]}", "spec": f"{store_url(b.sha256)}#{b.sha256}",
-                      "subdir": ".", "project_file": "", "version": "", "env": [],
+                      "subdir": ".", "project_file": "", "version": "", "env": [], "script": "",
                       "what": f"{b.name} {b.version} (no {v.arch} wheel)"} for b in pk.builds]
-    uv = v.matrix.spec.tools["uv"].files[v.arch]
+    tool = v.matrix.spec.tools["uv"]
+    uv = tool.files[v.arch]
     ctx["platform"] = v.arch_spec.docker_platform
+    ctx["uv"] = {"version": tool.version, "files": [{"url": f"{arch}={store_url(f.sha256)}", "sha256": f.sha256}
+                                                   for arch, f in tool.files.items()]}
+    target_builds = [*locked_builds, *(b for b in builds or [] if not b["native"])]
+    if target_build:
+        target_builds.append(target_build)
     ctx["packages"] = {
         "layers": list(pk.layers), "locks": [lock.path.name for lock in pk.locks.values()],
         "install": len(pk.install), "replaces": list(pk.replaces), "below_unknown": pk.below_unknown,
-        "builds": [*locked_builds, *(b for b in builds or [] if not b["native"])],
+        "target_builds": target_builds,
         "native_builds": native,
         "build_requirements": bool(pk.build_requirements),
-        "target_build": target_build,  # a build of the kind's own in the same stage (sgl-kernel-npu's build.sh)
-        "fetched": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in fetched_wheels],
-        "zips": [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in zips],
+        "fetched": [download(ctx, a) for a in fetched_wheels],
+        "zips": [download(ctx, a) for a in zips],
         "names": sorted({line.split("==", 1)[0] for line in pk.install}),
         "python_platform": f"{v.arch}-{GLIBC_FLOOR}", "prefix": PYTHON_PREFIX,
         "uv_target": {"url": store_url(uv.sha256), "sha256": uv.sha256},
         "waived": list(pk.waived),
     }
-    # read by the builder, not by the template: what the wheel store must hold, and where beside the pip indexes it
-    # finds it (x86_64's torch: PyTorch's CPU index)
-    ctx["packages"]["wanted"] = list(pk.wanted)
+    # read by the builder, not by the template: what the wheel store must hold (uv for the build host's arch and the
+    # target's among it), and where beside the pip indexes it finds it (x86_64's torch: PyTorch's CPU index)
+    ctx["packages"]["wanted"] = [*pk.wanted, *(f"uv=={tool.version} --hash=sha256:{f.sha256}"
+                                               for f in tool.files.values())]
     torch_index = v.arch_spec.torch_index_url if sources.torch_index_url is None else sources.torch_index_url
     ctx["packages"]["indexes"] = [torch_index] if torch_index else []
 
 
-def source_build(key: str, artifact: Artifact, what: str, *, subdir: str = ".", project_file: str = "",
-                 version: str = "", env: Iterable[str] = (), native: bool = False) -> dict[str, Any]:
+def source_build(ctx: dict[str, Any], key: str, artifact: Artifact, what: str, *, subdir: str = ".",
+                 project_file: str = "", version: str = "", env: Iterable[str] = (),
+                 native: bool = False) -> dict[str, Any]:
     """One wheel built from a source tree: on the target (the default), or, for a pure-Python tree (`native`), on the
     build host's own arch in the native packages stage (build-pure-wheel refuses a wheel that is not py3-none-any)."""
-    return {"key": f"{key}-{artifact.sha256[:16]}", "spec": f"{artifact.url}#{artifact.sha256}", "subdir": subdir,
-            "project_file": project_file, "version": version, "env": list(env), "what": what, "native": native}
+    spec = f"{artifact.url}#{artifact.sha256}" if artifact.url.startswith(store_url("")) else \
+        download_spec(ctx, artifact)
+    return {"key": f"{key}-{artifact.sha256[:16]}", "spec": spec, "subdir": subdir,
+            "project_file": project_file, "version": version, "env": list(env), "what": what, "native": native,
+            "script": ""}
 
 
 def build_key(v: Variant) -> str:
@@ -106,55 +154,51 @@ def build_key(v: Variant) -> str:
     return f"{v.os}-py{v.python_version}-{v.arch}-torch{v.torch}"
 
 
-# --- installer -------------------------------------------------------------------------------------------------------
-def installer_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                      files: dict[str, bytes]) -> None:
-    """The installer image (native to the build host): the OS's Python of the images' version, uv, and the script
-    that installs a stage's packages for the target."""
-    v = stage.variant
-    uv = v.matrix.spec.tools["uv"]
-    native = uv.files[v.arch]
-    ctx["uv"] = {"version": uv.version, "file": native.file, "url": store_url(native.sha256), "sha256": native.sha256}
-    ctx["packages"] = {"wanted": [f"uv=={uv.version} --hash=sha256:{native.sha256}",
-                                  *(f"uv=={uv.version} --hash=sha256:{f.sha256}" for f in uv.files.values())]}
-    files["installer/install-packages"] = (IMAGES_DIR / "common" / "installer" / "install-packages").read_bytes()
-
-
 # --- base ------------------------------------------------------------------------------------------------------------
-def base_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+def base_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                  files: dict[str, bytes]) -> None:
     v = stage.variant
     if v.python != "system":
         resolved = sources.artifacts.resolve(f"python {v.python}", bisheng_wanted(v))
-        ctx["python"]["artifacts"] = [{"url": a.url, "sha256": a.sha256} for a in resolved.values()]
+        ctx["python"]["artifacts"] = [download(ctx, a) for a in resolved.values()]
         record_downloads(stage, ctx, resolved.values())
     packages_context(stage, sources, ctx, files)
 
 
 # --- cann-install, cann ----------------------------------------------------------------------------------------------
-def cann_install_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+def cann_install_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                          files: dict[str, bytes]) -> None:
     packages = sources.cann.packages(stage.variant)
-    ctx["cann"]["packages"] = [{"kind": p.kind, "url": p.url, "sha256": p.sha256} for p in packages]
+    ctx["cann"]["packages"] = [{"kind": p.kind, **download(ctx, Artifact(p.file, p.url, p.sha256))} for p in packages]
     record_downloads(stage, ctx, packages)
 
 
-def cann_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
-                 files: dict[str, bytes]) -> None:
+# the variables the image below has that CANN's env lines extend, left for the Dockerfile's ENV to expand: its own
+# values, whatever image it is (our base, or an official CANN image)
+BELOW = {"PATH": "${PATH}"}
+
+
+def cann_env(v: Variant) -> dict[str, str]:
+    """What the release's env scripts set (matrix.yaml cann.env_sets), over the image below."""
+    return expand(v.cann_env_lines, BELOW)
+
+
+def cann_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes]) -> None:
     v = stage.variant
     baked = baked_env(v, backend=False)
-    if captured is not None:
-        ctx["captured"] = ctx["env"] = [{"name": k, "value": val, "comment": ""} for k, val in captured.items()]
+    ctx["cann_env"] = [{"name": k, "value": val, "comment": "", "expands": k in BELOW}
+                       for k, val in cann_env(v).items()]
+    ctx["cann_env_source"] = v.cann_env_source
     # beside its scripts, the official image sets these itself (the layout says which, with its source)
     ctx["layout_env"] = [{"name": k, "value": val, "comment": f"{LAYOUT_LAYER}; source: {v.layout.source}"}
                          for k, val in v.layout_env.items()]
     ctx["defaults"] = env_items(baked)
-    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     files["etc/env-scripts"] = ("\n".join(v.env_scripts) + "\n").encode()
 
 
 # --- torch -----------------------------------------------------------------------------------------------------------
-def torch_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+def torch_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                   files: dict[str, bytes]) -> None:
     v = stage.variant
     local = v.arch_spec.torch_local_version
@@ -163,7 +207,7 @@ def torch_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[
 
 
 # --- the backends: vllm and sglang -----------------------------------------------------------------------------------
-def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                     files: dict[str, bytes]) -> None:
     v = stage.variant
     baked = baked_env(v, backend=True)
@@ -171,10 +215,10 @@ def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
     # only what the backend layer changes after profile precedence is applied
     ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
-    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     ctx["lock"], source = _backend_source(v, sources)
     wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI", off_pypi_wanted(v))
-    ctx["off_pypi"] = [{"file": a.file, "url": a.url, "sha256": a.sha256} for a in wheels.values()]
+    ctx["off_pypi"] = [download(ctx, a) for a in wheels.values()]
     record_downloads(stage, ctx, [*wheels.values(), *([ctx["lock"]["archive"]] if ctx["lock"]["archive"] else [])])
     files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
     ctx["allocator"] = allocator(v, v.default_allocator)
@@ -182,7 +226,7 @@ def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
     builds = []
     if source is not None and v.backend == "vllm":
         # vLLM with VLLM_TARGET_DEVICE=empty (no CUDA): PyPI's vllm wheel is the CUDA build (compat.md, VA)
-        builds.append(source_build(build_key(v), source, f"vLLM {pins['vllm']} from its sdist",
+        builds.append(source_build(ctx, build_key(v), source, f"vLLM {pins['vllm']} from its sdist",
                                    env=["VLLM_TARGET_DEVICE=empty"]))
     elif source is not None:
         # SGLang from its source tree with its NPU project file (SG), not PyPI's CUDA wheel; a tag archive has no
@@ -190,17 +234,21 @@ def backend_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
         # setuptools-scm and wheel only, so none of the compiled modules of PyPI's CUDA wheels (cp311 since 0.5.11:
         # sglang/srt/{grpc,multimodal,server}/_core) is built (tests/fixtures/fake_sglang_tag); so it is built
         # natively, not under emulation, and a wheel that is not py3-none-any would stop the build
-        builds.append(source_build(build_key(v), source, f"SGLang {pins['sglang']} from its source tree",
+        builds.append(source_build(ctx, build_key(v), source, f"SGLang {pins['sglang']} from its source tree",
                                    subdir=ctx["lock"]["subdir"] or ".", project_file=pins.get("project_file") or "",
                                    version=pins["sglang"], native=True))
     zips = []
     if v.backend == "sglang":
         resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
-        ctx["artifacts"] = {k: {"file": a.file, "url": a.url, "sha256": a.sha256, "kind": k}
-                            for k, a in resolved.items()}
+        ctx["artifacts"] = {k: {**download(ctx, a), "kind": k} for k, a in resolved.items()}
         record_downloads(stage, ctx, resolved.values())
         zips = [a for k, a in resolved.items() if k == "kernel_release"]  # a release zip of wheels
-    kernel = "sgl-kernel-npu from source (build.sh)" if "kernel_source" in ctx.get("artifacts", {}) else ""
+    kernel = None
+    if "kernel_source" in ctx.get("artifacts", {}):  # built with its build.sh against CANN, on the target (ref002, VQ)
+        tree = ctx["artifacts"]["kernel_source"]
+        kernel = {"what": f"sgl-kernel-npu {pins['sgl_kernel_npu']['tag']} from source (build.sh)",
+                  "spec": f"{tree['url']}#${{{tree['arg']}}}", "file": tree["file"],
+                  "script": f"SOC_VERSION={v.device_spec.soc_version} bash build.sh"}
     packages_context(stage, sources, ctx, files, builds, wheels.values(), zips, kernel)
     if source is not None and source.url == store_url(source.sha256):  # PyPI's sdist, served from the wheel store
         ctx["packages"]["wanted"].append(f"{v.backend}=={pins[v.backend]} --hash=sha256:{source.sha256}")
@@ -229,7 +277,7 @@ def _backend_source(v: Variant, sources: Sources) -> tuple[dict[str, Any], Artif
             local = sha256_file(directory / wanted.file)
             if local != sha256:
                 raise LockError(f"{directory / wanted.file}: sha256 {local}, but {lock.path} pins {sha256} (PyPI's)")
-            url = f"{SERVER_VAR}/artifacts/{wanted.file}"
+            url = f"{INPUTS_DIR}/artifacts/{wanted.file}"
         sdist = Artifact(wanted.file, url, sha256)
     else:  # a tag archive: a download PyPI does not carry, pinned in pins.yaml like the others
         (sdist,) = sources.artifacts.resolve(f"{v.backend} {v.release_name}: source tree", [wanted]).values()
@@ -240,7 +288,7 @@ def _backend_source(v: Variant, sources: Sources) -> tuple[dict[str, Any], Artif
 
 
 # --- framework -------------------------------------------------------------------------------------------------------
-def framework_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                       files: dict[str, bytes]) -> None:
     v, pins = stage.variant, stage.variant.framework_pins
     assert pins is not None
@@ -249,11 +297,11 @@ def framework_context(stage: Stage, sources: Sources, captured: Captured, ctx: d
     ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
     ctx["framework"] = {"name": v.framework, "version": pins.version,
                         "description": v.matrix.spec.frameworks[v.framework].description}
-    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked, captured))
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     resolved = sources.artifacts.resolve(f"{v.framework} {v.release_name}: tag archives", framework_wanted(v))
     # the archives go in --no-deps as upstream installs them: their own requirements are the framework's listed ones
-    builds = [source_build(build_key(v), a, f"{spec.name} {spec.version} from its tag archive", version=spec.version)
-              for spec, a in zip(pins.archives, resolved.values(), strict=True)]
+    builds = [source_build(ctx, build_key(v), a, f"{spec.name} {spec.version} from its tag archive",
+                           version=spec.version) for spec, a in zip(pins.archives, resolved.values(), strict=True)]
     record_downloads(stage, ctx, resolved.values())
     files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
     ctx["lock"] = {"missing": ""}
@@ -272,7 +320,7 @@ def framework_context(stage: Stage, sources: Sources, captured: Captured, ctx: d
 
 
 # --- overlay ---------------------------------------------------------------------------------------------------------
-def overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: dict[str, Any],
+def overlay_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                     files: dict[str, bytes]) -> None:
     v = stage.variant
     full = effective_env(v)
@@ -280,15 +328,16 @@ def overlay_context(stage: Stage, sources: Sources, captured: Captured, ctx: dic
     ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
     if v.allocator is not None:
         ctx["allocator"] = allocator(v, v.allocator)
-    files["etc/env.json"] = as_json(env_document(v, v.profile, full, captured))
+    files["etc/env.json"] = as_json(env_document(v, v.profile, full))
 
 
 # --- shared ----------------------------------------------------------------------------------------------------------
 def record_downloads(stage: Stage, ctx: dict[str, Any], artifacts: Iterable[Any]) -> None:
-    """The downloads PyPI does not carry that this stage installs, as a label (file -> sha256): `invoke publish`
-    checks each against pins.yaml. One label per kind, so a child's never hides its parent's."""
+    """The downloads PyPI does not carry that this stage installs, as a label (file -> sha256, each its build arg,
+    which the build expands): `invoke publish` checks each against pins.yaml. One label per kind, so a child's never
+    hides its parent's."""
     key = f"{DOWNLOADS_LABEL}.{stage.kind}"
-    files = {**json.loads(ctx["labels"].get(key, "{}")), **{a.file: a.sha256 for a in artifacts}}
+    files = {**json.loads(ctx["labels"].get(key, "{}")), **{a.file: f"${{{pin_arg(a.file)}}}" for a in artifacts}}
     if files:
         ctx["labels"][key] = json.dumps(files, sort_keys=True, separators=(",", ":"))
 
@@ -302,13 +351,15 @@ def env_items(values: Mapping[str, EnvValue]) -> list[dict[str, str]]:
     return [{"name": e.name, "value": e.value, "comment": f"{e.layer}; source: {e.source}"} for e in values.values()]
 
 
-def env_document(v: Variant, profile: str, values: Mapping[str, EnvValue], captured: Captured) -> dict[str, Any]:
+def env_document(v: Variant, profile: str, values: Mapping[str, EnvValue]) -> dict[str, Any]:
     """/etc/ascend-images/env.json: every variable the image sets, with where it comes from. `profile` is the
     one baked into this image: the default below an overlay, so that choosing another profile changes no
     stage but the overlay."""
     doc: dict[str, Any] = {"profile": profile, "env_scripts": v.env_scripts, "variables": {}}
-    for name, value in (captured or {}).items():
-        doc["variables"][name] = {"value": value, "layer": "cann:set_env", "source": "captured from env_scripts"}
+    for name, value in cann_env(v).items():
+        doc["variables"][name] = {"value": value, "layer": SCRIPTS_LAYER,
+                                  "source": f"matrix.yaml cann.env_sets.{v.cann.env_set} ({v.cann_env_source}), "
+                                            "checked against the env scripts at build time"}
     for name, value in v.layout_env.items():
         doc["variables"][name] = {"value": value, "layer": LAYOUT_LAYER, "source": v.layout.source}
     for name, item in values.items():

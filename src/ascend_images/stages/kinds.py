@@ -6,13 +6,13 @@ is described, and what its build context holds beyond the template's common vari
 
 - base: the OS with Python, tini and the entrypoint (FROM the OS image); skipped when CANN comes from an official
   image, which is then cann-install's parent.
-- cann-install: CANN's packages installed; cann: the same plus the ENV its env scripts set (captured by running
-  them in the cann-install image: `captures_env`).
+- cann-install: CANN's packages installed; cann: the same plus the ENV its env scripts set (matrix.yaml
+  cann.env_sets, checked against the scripts in the same build).
 - torch: torch and torch_npu; vllm / sglang: the backend from its lock; framework: an RL framework (verl, ROLL)
   from its lock over the backend's, and its tag archives; overlay: a non-default profile, allocator
   or user --env over the image below (a thin image, so such a choice never rebuilds CANN or torch).
-- installer: no variant's image, a tool of the build host's own arch: the OS's Python and uv, which install every
-  locked stage's packages natively for the target (DESIGN 19). Rows with a `lock_layer` install that lock's layer.
+Rows with a `lock_layer` install that lock's layer, natively for the target, in build stages of the build host's own
+platform inside the stage's build (DESIGN 19).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from ascend_images.inputs.sources import Sources
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
 from ascend_images.stages import contexts as ctxs
-from ascend_images.stages.contexts import DOWNLOADS_LABEL, LABEL_PREFIX, Captured
+from ascend_images.stages.contexts import DOWNLOADS_LABEL, LABEL_PREFIX
 from ascend_images.stages.stage import Stage
 
 __all__ = ["DOWNLOADS_LABEL", "KINDS", "LABEL_PREFIX", "StageKind"]
-# a kind's part of the build context: (stage, sources, captured env, template variables, extra files) -> None
-ContextPart = Callable[["Stage", Sources, Captured, dict[str, Any], dict[str, bytes]], None]
+# a kind's part of the build context: (stage, sources, template variables, extra files) -> None
+ContextPart = Callable[["Stage", Sources, dict[str, Any], dict[str, bytes]], None]
 
 
 # What a stage's tag says after its leading version (names.py spells it out):
@@ -59,7 +59,6 @@ class StageKind:
     # (input, label value) of each input that, when a double, makes this image a test double; labels are
     # inherited, but the image that sets the label names every double below it too
     doubles: tuple[tuple[DoubleInput, str], ...] = ()
-    captures_env: bool = False  # the build runs the env scripts in the parent image before rendering
     on_official_image: bool = True  # False: skipped when CANN comes FROM an official image (its parent instead)
     # said when the stage's external parent (an image we do not build) can be neither found nor pulled
     missing_parent_hint: Callable[[Variant], str] | None = None
@@ -70,8 +69,6 @@ class StageKind:
     doubles_below: Callable[[Variant], str] | None = None
     # the lock layer (inputs/lockspec.LAYERS) whose packages this kind installs; None: no Python package
     lock_layer: str | None = None
-    # a tool of the build host (the installer): built for the host's own arch, never part of a variant's image
-    tool: bool = False
 
     def repo_for(self, v: Variant) -> str:
         return self.repo_of(v) if self.repo_of else self.repo
@@ -225,7 +222,7 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("cann", lambda v: True, lambda s: {},
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} with its environment baked into ENV",
               ctxs.cann_context, repo="cann", tag_scope="device", version=lambda v: v.cann_version.tag,
-              label_version=lambda v: v.release.cann, doubles=(("cann", "cann"),), captures_env=True),
+              label_version=lambda v: v.release.cann, doubles=(("cann", "cann"),)),
     StageKind("torch", lambda v: True, _torch_labels,
               lambda s: f"torch {s.variant.torch} + torch_npu {s.variant.torch_npu} on CANN {s.variant.release.cann} "
                         f"for {s.variant.device}",
@@ -250,11 +247,6 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),
               ctxs.overlay_context, repo="", tag_scope="over"),
-    StageKind("installer", lambda v: False, lambda s: {},
-              lambda s: f"uv {s.variant.matrix.spec.tools['uv'].version} and the OS's Python {s.variant.python_version}"
-                        f" on {s.variant.os} ({s.variant.arch}): installs locked stages' packages for their target",
-              ctxs.installer_context, repo="installer", tag_scope="os",
-              version=lambda v: f"{v.os}-py{v.python_version}", tool=True, missing_parent_hint=_os_image_hint),
 )}
 
 

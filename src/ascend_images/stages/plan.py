@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.sources import CannSource
 from ascend_images.matrix.model import Variant
-from ascend_images.matrix.selection import select
 from ascend_images.stages.kinds import KINDS, overlay_suffix, top_kind
 from ascend_images.stages.names import check_namespace, stage_tag
 from ascend_images.stages.stage import Stage
@@ -24,15 +23,14 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
-INSTALLER_OS = "debian12"  # the installer's OS: its python3 is the images' 3.11, whatever OS the images are
 
 
 @dataclass(frozen=True)
 class PlanOptions:
     cann_source: CannSource
     namespace: str = DEFAULT_NAMESPACE
-    # (os, arch) -> the image the base stage starts FROM; default: the matrix's image for the OS. The installer
-    # starts FROM (INSTALLER_OS, host arch)'s
+    # (os, arch) -> the image the base stage starts FROM; default: the matrix's image for the OS. The native stages
+    # start FROM (INSTALLER_OS, host arch)'s (the build arg INSTALLER_BASE)
     base_images: dict[tuple[str, str], str] = field(default_factory=dict)
     host_arch: str = field(default_factory=host_arch)
 
@@ -57,23 +55,10 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
     def add(kind: str, tag: str, v: Variant, parent: Stage | None, external: str | None = None) -> Stage:
         stage = stages.get(tag)
         if stage is None:
-            row = KINDS[kind]
-            needs = (installer(v),) if row.lock_layer else ()
-            stage = Stage(kind, tag, v, parent, external, lock_layer=row.lock_layer, needs=needs)
+            stage = Stage(kind, tag, v, parent, external, lock_layer=KINDS[kind].lock_layer)
             stages[tag] = stage
         stage.users.append(v)
         return stage
-
-    def installer(v: Variant) -> Stage:
-        """The build host's installer for the variant's Python: a tool stage, first in the plan."""
-        (tool,) = select(v.matrix, device=v.device, backend="none", release=v.release_name, os=INSTALLER_OS,
-                         arch=options.host_arch, python="system")
-        tag = stage_tag("installer", tool, ns)
-        if tag not in stages:
-            parent = options.base_images.get((INSTALLER_OS, options.host_arch), tool.os_spec.image)
-            stages[tag] = Stage("installer", tag, tool, None, parent, users=[tool],
-                                platform=tool.arch_spec.docker_platform)
-        return stages[tag]
 
     ns = options.namespace
     from_image = options.cann_source.kind == "image"
@@ -89,7 +74,7 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
             parent = add(kind, stage_tag(kind, v, ns), v, parent, external)
         assert parent is not None
         tops[v] = parent
-    # dict order is insertion order: a parent, and the installer, are always added before the stages that need them
+    # dict order is insertion order: a parent is always added before the stages over it
     return BuildPlan(list(stages.values()), tops, options)
 
 

@@ -19,7 +19,8 @@ import jinja2
 
 from ascend_images.checkout import IMAGES_DIR
 from ascend_images.inputs.artifacts import off_pypi_wanted
-from ascend_images.inputs.sources import Sources
+from ascend_images.inputs.sources import INPUTS_DIR, Sources
+from ascend_images.stages.contexts import DOWNLOADS_LABEL, INSTALLER_FILES, INSTALLER_OS
 from ascend_images.stages.kinds import KINDS, stage_doubles, stage_label_version, stage_labels
 from ascend_images.stages.names import TEST_DOUBLE_LABEL
 from ascend_images.stages.stage import Stage
@@ -27,10 +28,41 @@ from ascend_images.stages.stage import Stage
 FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
 
 
-def dockerfile_value(value: str) -> str:
-    """A value for `ENV NAME=<value>`, quoted so the builder keeps it literally."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+def dockerfile_value(value: str, expands: bool = False) -> str:
+    """A value for `ENV NAME=<value>`, quoted so the builder keeps it literally; with `expands`, its `${NAME}`s are
+    left for the builder to expand (the image below's value of a list a CANN env line extends)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    if not expands:
+        escaped = escaped.replace("$", "\\$")
     return f'"{escaped}"'
+
+
+# Where a RUN step finds the build's inputs (DESIGN 5, 23): each named build context bind-mounted read-only under
+# INPUTS_DIR; the secrets (an extra CA bundle, the pip config, a netrc, the OS mirror) as secret mounts, which reach no
+# layer, history or cache key; the wheels compiled on the target kept in a cache mount between builds
+SECRETS = ("ca", "pip-conf", "netrc", "os-mirror")
+NAMED_CONTEXTS = ("wheels", "cann", "artifacts")
+BUILT_WHEELS_CACHE = "--mount=type=cache,id=ascend-images-built-wheels,target=/var/cache/ascend-images/built-wheels"
+
+
+def artifact_arg(a: Mapping[str, str]) -> str:
+    """`SOURCE#SHA256` as fetch takes it; a download PyPI does not carry names its sha256 build arg."""
+    return f"{a['url']}#${{{a['arg']}}}" if a.get("arg") else f"{a['url']}#{a['sha256']}"
+
+
+def mounts(*names: str) -> str:
+    """The --mount flags of a RUN step that uses the named inputs ("secrets" and "built-wheels" too)."""
+    flags = []
+    for name in names:
+        if name in NAMED_CONTEXTS:
+            flags.append(f"--mount=type=bind,from={name},target={INPUTS_DIR}/{name}")
+        elif name == "secrets":
+            flags += [f"--mount=type=secret,id={secret}" for secret in SECRETS]
+        elif name == "built-wheels":
+            flags.append(BUILT_WHEELS_CACHE)
+        else:
+            raise ValueError(f"no build input named {name!r}")
+    return " ".join(flags)
 
 
 @functools.lru_cache(maxsize=16)
@@ -47,14 +79,19 @@ def _environment(device: str, images_dir: Path) -> jinja2.Environment:
     )
     env.filters["dockerfile_value"] = dockerfile_value
     env.filters["shell_quote"] = shlex.quote
+    # a downloads label names each file's sha256 build arg, which the build expands (contexts.download)
     env.filters["label_block"] = lambda labels: " \\\n      ".join(
-        f"{k}={dockerfile_value(v)}" for k, v in labels.items()
+        f"{k}={dockerfile_value(v, k.startswith(DOWNLOADS_LABEL))}" for k, v in labels.items()
     )
     env.filters["env_block"] = lambda items: " \\\n    ".join(
-        f"{i['name']}={dockerfile_value(i['value'])}" for i in items
+        f"{i['name']}={dockerfile_value(i['value'], i.get('expands', False))}" for i in items
     )
-    env.filters["cann_arg"] = lambda p: f"{p['kind']}={p['url']}#{p['sha256']}"
-    env.filters["artifact_arg"] = lambda a: f"{a['url']}#{a['sha256']}"
+    env.globals["mounts"] = mounts
+    # the first and last command of a step that writes: what it changed gets SOURCE_DATE_EPOCH (DESIGN 24)
+    env.globals["clamp_begin"] = "/usr/local/libexec/ascend-images/clamp-mtimes --begin"
+    env.globals["clamp_end"] = "/usr/local/libexec/ascend-images/clamp-mtimes"
+    env.filters["artifact_arg"] = artifact_arg
+    env.filters["cann_arg"] = lambda p: f"{p['kind']}={artifact_arg(p)}"
     return env
 
 
@@ -74,8 +111,7 @@ class Renderer:
     def __init__(self, images_dir: Path = IMAGES_DIR):
         self.images_dir = images_dir
 
-    def context(self, stage: Stage, sources: Sources,
-                captured: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    def context(self, stage: Stage, sources: Sources) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The template variables and the extra files of a stage's context: what every stage has, then its
         kind's part (stages.kinds.KINDS)."""
         v = stage.variant
@@ -110,13 +146,15 @@ class Renderer:
                      # the base is shared by every CANN release: it installs the matrix-wide list
                      "base_python_deps": list(v.matrix.spec.cann.python_deps), "packages": []},
             "env_scripts": v.env_scripts,
-            "captured": None,
+            "installer": {"base": v.matrix.spec.os[INSTALLER_OS].image,
+                          "python_packages": list(v.matrix.spec.os[INSTALLER_OS].python_packages)},
             "env": [],
             "layout_env": [],
             "off_pypi": [],
             "defaults": [],
             "user_env": bool(v.user_env),
             "allocator": None,
+            "download_args": {},
         }
         doubles = list(stage.parent_doubles) if stage.parent_doubles is not None else test_doubles(stage, sources)
         if doubles:
@@ -124,7 +162,7 @@ class Renderer:
         files: dict[str, bytes] = {}
         if stage.starts_chain:
             files.update(self._rootfs())
-        kind.context(stage, sources, captured, ctx, files)
+        kind.context(stage, sources, ctx, files)
         return ctx, files
 
     def _rootfs(self) -> dict[str, bytes]:
@@ -141,9 +179,10 @@ class Renderer:
         return env.get_template(name).render(**ctx)
 
     def write(self, stage: Stage, out_dir: Path, ctx: dict[str, Any], files: dict[str, bytes],
-              dockerfile: str | None = None) -> Path:
+              dockerfile: str | None = None, mtime: int = FIXED_MTIME) -> Path:
         """Write the context to out_dir/<slug>; atomic: a temp dir renamed into place. `dockerfile` is the
-        already rendered text, when the caller rendered it first."""
+        already rendered text, when the caller rendered it first. Every file gets `mtime` (a build's
+        SOURCE_DATE_EPOCH: COPY keeps a file's time in the layer)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / stage.slug
         if dockerfile is None:
@@ -155,11 +194,12 @@ class Renderer:
                 path = tmp / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
-                source = self.images_dir / "common" / rel  # a file of images/ keeps its mode (scripts run)
+                # a file of images/ keeps its mode (scripts run)
+                source = self.images_dir / "common" / INSTALLER_FILES.get(rel, rel)
                 if source.is_file():
                     path.chmod(source.stat().st_mode & 0o777)
             for path in [tmp, *tmp.rglob("*")]:
-                os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
+                os.utime(path, (mtime, mtime), follow_symlinks=False)
             if target.exists():
                 shutil.rmtree(target)
             tmp.rename(target)

@@ -20,9 +20,6 @@ class Stage:
     # test-double label, which this stage repeats (the sources that made it are not known here)
     parent_doubles: tuple[str, ...] | None = None
     lock_layer: str | None = None  # the lock layer it installs (its kind's row says which), None for none
-    # stages it needs built first beside its parent: a locked stage needs the installer of the build host
-    needs: tuple[Stage, ...] = ()
-    platform: str | None = None  # a tool's platform (the build host's); a variant's stage has its variant's
 
     @property
     def starts_chain(self) -> bool:

@@ -1,0 +1,116 @@
+"""What one stage's build is given besides its context (DESIGN 5, 23): its named build contexts and its secrets.
+
+- Named contexts (`wheels`, `cann`, `artifacts`), bind-mounted read-only into the RUN steps that use them: each holds
+  exactly the files the stage's Dockerfile names (hard links into the host's wheel store, CANN directory, artifacts
+  directory; a copy where a link cannot be made). A mount's content is part of its step's cache key, so a stage sees
+  only its own files: another stage's wheel arriving in the store never invalidates its cache.
+- Secrets (`ca`, `pip-conf`, `netrc`, `os-mirror`): files of this process only (a 0700 directory), removed when the
+  build ends; BuildKit mounts them as tmpfs files for one RUN step, so they reach no layer, no history, no cache key.
+
+Both are written to a scratch directory of the build's own and removed with it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ascend_images.errors import BuildError
+from ascend_images.inputs.sources import INPUTS_DIR, BuildInputs, Sources
+from ascend_images.inputs.wheelstore import WheelStore, stored_files
+from ascend_images.stages.render import NAMED_CONTEXTS
+
+_REFERENCE = re.compile(re.escape(INPUTS_DIR) + r"/(?P<name>[a-z]+)/(?P<path>[^\s#\"']+)")
+_MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    contexts: dict[str, Path] = field(default_factory=dict)
+    secrets: dict[str, Path] = field(default_factory=dict)
+
+
+def mounted_contexts(dockerfile: str) -> list[str]:
+    """The named build contexts a Dockerfile mounts (its stages' names aside)."""
+    return sorted({m["name"] for m in _MOUNTED.finditer(dockerfile)} & set(NAMED_CONTEXTS))
+
+
+def referenced(dockerfile: str, name: str) -> list[str]:
+    """The paths under a named context that a Dockerfile names (`/run/ascend-images/<name>/<path>`)."""
+    return sorted({m["path"] for m in _REFERENCE.finditer(dockerfile) if m["name"] == name})
+
+
+def _link(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copyfile(source, target)
+
+
+def _secret(directory: Path, name: str, data: bytes) -> Path:
+    path = directory / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    return path
+
+
+def secret_documents(inputs: BuildInputs) -> dict[str, bytes]:
+    """The secrets a build is given: those the flags set (the CA bundle, credentials, the OS mirror) and the pip
+    config (index, extra indexes, trusted hosts, offline)."""
+    documents = {"pip-conf": inputs.pip_conf().encode()}
+    if inputs.ca_bundle is not None:
+        documents["ca"] = inputs.ca_bundle.read_bytes()
+    netrc = inputs.netrc_text()
+    if netrc is not None:
+        documents["netrc"] = netrc
+    mirror = inputs.os_mirror_document()
+    if mirror is not None:
+        documents["os-mirror"] = mirror
+    return documents
+
+
+@contextmanager
+def stage_inputs(dockerfile: str, wanted: Iterable[str], sources: Sources, inputs: BuildInputs, store: WheelStore,
+                 scratch_root: Path) -> Iterator[StageInputs]:
+    """The named contexts and secrets of one stage's build, for as long as the build runs. `wanted`: the stage's
+    `name==version --hash=sha256:...` lines (its locks' files, build requirements, uv), which its install steps find
+    in the `wheels` context by their sha256."""
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".inputs-", dir=scratch_root))
+    try:
+        contexts: dict[str, Path] = {}
+        for name in mounted_contexts(dockerfile):
+            directory = scratch / name
+            directory.mkdir()
+            contexts[name] = directory
+            if name == "wheels":
+                hashes = {f.sha256 for f in stored_files(wanted)}
+                hashes |= {path.split("/", 1)[0] for path in referenced(dockerfile, name)}
+                for sha256 in sorted(hashes):
+                    found = store.path(sha256)
+                    if found is None:
+                        raise BuildError(f"the wheel store ({store.root}) has no file with sha256 {sha256}, which "
+                                         "the stage names: fill it first (invoke fetch)")
+                    _link(found, directory / sha256 / found.name)
+                continue
+            source = sources.cann.directory or sources.cann.cache if name == "cann" else \
+                sources.artifacts.directory or sources.artifacts.cache
+            for rel in referenced(dockerfile, name):
+                if source is None or not (source / rel).is_file():
+                    raise BuildError(f"the build names {INPUTS_DIR}/{name}/{rel}, and no local directory holds it "
+                                     f"({'--cann-dir' if name == 'cann' else '--artifacts-dir'}, or `invoke fetch`)")
+                _link(source / rel, directory / rel)
+        secrets_dir = scratch / "secrets"
+        secrets_dir.mkdir(mode=0o700)
+        secrets = {name: _secret(secrets_dir, name, data) for name, data in secret_documents(inputs).items()}
+        yield StageInputs(contexts, secrets)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,68 @@
+"""A plan as a buildx bake file (DESIGN 23): one target per stage, each over its parent target (a named context that
+replaces the parent's image reference), so `docker buildx bake -f rendered/docker-bake.json TARGET` builds a variant
+and the stages below it with no code of ours, in the order and parallelism BuildKit chooses.
+
+What a build is given comes in as bake variables (each also an environment variable of the same name) or `--set`:
+the directories of the build inputs (the named contexts `wheels`, `cann`, `artifacts`), SOURCE_DATE_EPOCH (the
+matrix release's date), the native stages' base image, the network. The sha256 of each download PyPI does not carry
+is a build arg of its target with pins.yaml's as its default (`--set TARGET.args.SHA256_<FILE>=...` builds from
+other files, which the image's labels then name). Secrets (an extra CA bundle, a pip config, a netrc, the OS mirror)
+are `--set TARGET.secrets=id=ca,src=FILE`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ascend_images.stages.plan import BuildPlan
+from ascend_images.stages.render import NAMED_CONTEXTS
+from ascend_images.stages.stage import Stage
+
+# bake variable -> (the named context it fills, its default): a directory as `invoke fetch` leaves it
+CONTEXT_VARIABLES = {"WHEELS_DIR": "wheels", "CANN_DIR": "cann", "ARTIFACTS_DIR": "artifacts"}
+_MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
+
+
+def target_name(stage: Stage) -> str:
+    """A bake target's name (letters, digits, `-` and `_`): the stage's directory name in rendered/."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", stage.slug)
+
+
+def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], context_root: str, epoch: int, created: str,
+              installer_base: str) -> dict[str, Any]:
+    """The bake definition of `plan`: `dockerfiles` maps each stage's slug to its Dockerfile (what it mounts decides
+    its contexts), `context_root` is where the stages' contexts are, relative to where bake runs."""
+    targets: dict[str, Any] = {}
+    for stage in plan.stages:
+        dockerfile = dockerfiles[stage.slug]
+        mounted = sorted({m["name"] for m in _MOUNTED.finditer(dockerfile)} & set(NAMED_CONTEXTS))
+        variable = {context: name for name, context in CONTEXT_VARIABLES.items()}
+        contexts = {name: f"${{{variable[name]}}}" for name in mounted}
+        if stage.parent is not None:
+            contexts[stage.parent.tag] = f"target:{target_name(stage.parent)}"
+        args = {"SOURCE_DATE_EPOCH": "${SOURCE_DATE_EPOCH}"}
+        if "ARG INSTALLER_BASE=" in dockerfile:
+            args["INSTALLER_BASE"] = "${INSTALLER_BASE}"
+        targets[target_name(stage)] = {
+            "context": f"{context_root}/{stage.slug}",
+            "dockerfile": "Dockerfile",
+            "contexts": contexts,
+            "args": args,
+            "platforms": [stage.variant.arch_spec.docker_platform],
+            "tags": [stage.tag],
+            "labels": {"org.opencontainers.image.created": "${CREATED}"},
+            "network": "${NETWORK}",
+        }
+    tops = sorted({target_name(top) for top in plan.tops.values()})
+    return {
+        "variable": {
+            **{name: {"default": f"build/bake-inputs/{context}"} for name, context in CONTEXT_VARIABLES.items()},
+            "SOURCE_DATE_EPOCH": {"default": str(epoch)},
+            "CREATED": {"default": created},
+            "INSTALLER_BASE": {"default": installer_base},
+            "NETWORK": {"default": "default"},
+        },
+        "group": {"default": {"targets": tops}},
+        "target": targets,
+    }

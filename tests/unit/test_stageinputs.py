@@ -1,0 +1,116 @@
+"""What a stage's build is given beside its context (DESIGN 5, 23): named build contexts holding exactly the files its
+Dockerfile names, and secret files that exist only while it builds. Plus the CANN environment a cann stage bakes
+(matrix/cannenv.py): the env lines applied as Docker applies ENV, path lists cleaned."""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+
+import pytest
+
+from ascend_images.builder.stageinputs import mounted_contexts, referenced, secret_documents, stage_inputs
+from ascend_images.errors import BuildError, SelectionError
+from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
+from ascend_images.inputs.wheelstore import WheelStore
+from ascend_images.matrix.cannenv import clean_path_list, expand
+
+DOCKERFILE = """\
+FROM x AS packages
+RUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels \\
+    --mount=type=bind,from=artifacts,target=/run/ascend-images/artifacts \\
+    fetch /run/ascend-images/artifacts/zip-1.zip#${SHA256_ZIP_1_ZIP} /tmp/z \\
+ && fetch /run/ascend-images/wheels/%s#%s /tmp/sdist
+FROM y
+RUN --mount=type=bind,from=packages,source=/out,target=/tmp/out true
+"""
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def store(tmp_path):
+    root = tmp_path / "store"
+    files = {"a-1.0-py3-none-any.whl": b"a", "b-2.0-py3-none-any.whl": b"b", "c-3.0.tar.gz": b"c",
+             "other-9-py3-none-any.whl": b"unrelated"}
+    for name, data in files.items():
+        (root / sha(data)).mkdir(parents=True)
+        (root / sha(data) / name).write_bytes(data)
+    return WheelStore(root, out=lambda line: None)
+
+
+def test_each_named_context_holds_exactly_what_the_stage_names(tmp_path, store):
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (artifacts / "zip-1.zip").write_bytes(b"zip")
+    (artifacts / "unrelated.zip").write_bytes(b"other")
+    dockerfile = DOCKERFILE % (sha(b"c"), sha(b"c"))
+    assert mounted_contexts(dockerfile) == ["artifacts", "wheels"]  # `packages` is a stage of its own
+    assert referenced(dockerfile, "artifacts") == ["zip-1.zip"]
+    sources = Sources(CannSource("url", strict=False), ArtifactSource(artifacts))
+    wanted = [f"a==1.0 --hash=sha256:{sha(b'a')}", f"b==2.0 --hash=sha256:{sha(b'b')}"]
+    with stage_inputs(dockerfile, wanted, sources, BuildInputs(), store, tmp_path / "scratch") as given:
+        contexts = {name: sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+                    for name, path in given.contexts.items()}
+        scratch = next(iter(given.contexts.values())).parent
+    # written out by hand: the two locked wheels and the sdist the Dockerfile names, by sha256; the one zip
+    assert contexts == {"wheels": sorted([f"{sha(b'a')}/a-1.0-py3-none-any.whl", f"{sha(b'b')}/b-2.0-py3-none-any.whl",
+                                          f"{sha(b'c')}/c-3.0.tar.gz"]),
+                        "artifacts": ["zip-1.zip"]}
+    assert not scratch.exists()  # removed with the build
+
+
+def test_a_file_no_directory_holds_stops_before_the_build(tmp_path, store):
+    sources = Sources(CannSource("url", strict=False), ArtifactSource(None))
+    with pytest.raises(BuildError, match=r"/run/ascend-images/artifacts/zip-1.zip, and no local directory holds it"), \
+            stage_inputs(DOCKERFILE % ("0" * 64, "0" * 64), [], sources, BuildInputs(), store, tmp_path):
+        pass
+
+
+def test_secrets_are_private_files_of_the_build_and_gone_after_it(tmp_path, store):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nmarker-ca\n")
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine pypi.corp login u password marker-pw\n")
+    inputs = BuildInputs(ca_bundle=ca, netrc=netrc, pip_index_url="https://mirror.example/simple")
+    sources = Sources(CannSource("url", strict=False))
+    with stage_inputs("FROM x\n", [], sources, inputs, store, tmp_path / "scratch") as given:
+        modes = {name: stat.S_IMODE(path.stat().st_mode) for name, path in given.secrets.items()}
+        folder = stat.S_IMODE(given.secrets["ca"].parent.stat().st_mode)
+        texts = {name: path.read_text() for name, path in given.secrets.items()}
+        paths = list(given.secrets.values())
+    assert given.contexts == {}
+    assert modes == {"ca": 0o600, "netrc": 0o600, "pip-conf": 0o600} and folder == 0o700
+    assert texts["ca"] == ca.read_text() and texts["netrc"] == netrc.read_text()
+    assert "index-url = https://mirror.example/simple" in texts["pip-conf"]
+    assert not any(p.exists() for p in paths)
+
+
+def test_the_pip_config_names_no_server_and_the_os_mirror_is_a_secret_of_its_own():
+    docs = secret_documents(BuildInputs(pip_trusted_hosts=("pypi.corp",), os_mirror="http://deb.example/debian",
+                                        os_mirror_credential=("deb.example", "u", "p")))
+    assert docs["pip-conf"].decode() == ("[global]\nno-cache-dir = true\ndisable-pip-version-check = true\n"
+                                         "trusted-host =\n    pypi.corp\n")
+    assert docs["os-mirror"] == b"http://deb.example/debian\nu\np\n"
+    assert set(secret_documents(BuildInputs())) == {"pip-conf"}
+
+
+def test_input_validation(tmp_path):
+    with pytest.raises(SelectionError, match="--wheelhouse .* does not exist"):
+        BuildInputs(wheelhouse=tmp_path / "nope")
+    with pytest.raises(SelectionError, match="--offline needs --wheelhouse"):
+        BuildInputs(pip_offline=True)
+
+
+def test_path_lists_lose_empty_and_repeated_entries():
+    assert clean_path_list("::/x::/y:/x:") == "/x:/y"
+
+
+def test_env_lines_apply_in_order_as_docker_applies_them():
+    """Written out by hand: each line sees what the lines before set; the image below's PATH is left to Docker."""
+    lines = ["HOME_A=/a", "LD_LIBRARY_PATH=${HOME_A}/lib:$LD_LIBRARY_PATH", "PATH=${HOME_A}/bin:$PATH",
+             "LD_LIBRARY_PATH=/b/lib:${LD_LIBRARY_PATH}", 'EMPTY=""', "PATH=${HOME_A}/bin:${PATH}"]
+    assert expand(lines, {"PATH": "${PATH}"}) == {"HOME_A": "/a", "LD_LIBRARY_PATH": "/b/lib:/a/lib",
+                                                  "PATH": "/a/bin:${PATH}", "EMPTY": ""}
