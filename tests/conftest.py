@@ -348,6 +348,27 @@ def ci_image_builder(docker_client, os_image, fake_cann_dir, fake_artifacts_dir,
 
 
 @pytest.fixture(scope="session")
+def native_tool(docker_client, ci_builds, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir, pytestconfig):
+    """The native tool of CI's SGLang stage (its `installer` build stage: the build host's Python, uv and the install
+    scripts) as an image, built from the stage's own Dockerfile (BuildKit's cache has it once the stage is built)."""
+    import platform
+
+    from ascend_images.builder.build import Builder, BuildSettings, source_date
+    from ascend_images.cli.options import InputFlags, SourceFlags
+    from ascend_images.inputs.osimage import local_os_image
+
+    stage = next(s for plan, _ in ci_builds for s in plan.stages if s.kind == "sglang")
+    flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir), artifacts_dir=str(fake_artifacts_dir))
+    host = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
+    inputs = InputFlags(ca_bundle=str(build_secrets["ca"])).inputs()
+    settings = BuildSettings(flags.sources(stage.variant.matrix), inputs, work_dir,
+                             source_date=source_date(stage.variant.matrix),
+                             installer_base=local_os_image("debian12", host))
+    return Builder(docker_client, settings, out=live_output(pytestconfig)).native_tool(
+        stage, f"{TEST_NAMESPACE}/native-tool:{host}")
+
+
+@pytest.fixture(scope="session")
 def ci_images(ci_builds) -> list[str]:
     """Every variant image of the CI selections."""
     return sorted({top.tag for plan, _ in ci_builds for top in plan.tops.values()})

@@ -346,7 +346,9 @@ def test_labels(docker_client, image, variant):
     assert wrong == {}, f"(have, want): {wrong}"
     for key in ("title", "description", "version", "created", "licenses", "base.name"):
         assert labels.get(f"org.opencontainers.image.{key}"), key
-    assert re.fullmatch(r"[0-9a-f]{64}", labels["io.ascend-images.content-key"])
+    # `invoke build`'s identity of the stage; an image built from rendered/docker-bake.json by plain bake has none
+    key = labels.get("io.ascend-images.content-key")
+    assert key is None or re.fullmatch(r"[0-9a-f]{64}", key), key
 
 
 # --- hygiene --------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ against CycloneDX's schema. `invoke verify` fails on a test double and on an ima
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 from ascend_images.cli.options import Selection
 from ascend_images.cli.release import publish_selection, verify_image
 from tests.conftest import ROOT, TEST_ARCH, TEST_NAMESPACE, remove_tags
+from tests.fixtures.buildkit import build_image
 from tests.image.conftest import ci_image_tags
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
@@ -123,7 +123,7 @@ def test_verify_names_a_replaced_package(docker_client, ci_builds, tmp_path):
     tag = "ascend-images-replaced/sglang:latest"
     dockerfile = (f"FROM {image}\nRUN sed -i 's/^Version: 1.17.0$/Version: 1.16.0/' "
                   "/usr/local/python/lib/python3.11/site-packages/six-1.17.0.dist-info/METADATA\n")
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    build_image(tag, dockerfile)
     try:
         lines: list[str] = []
         assert verify_image(tag, lines.append) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import re
@@ -185,7 +186,12 @@ def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets)
         for member in outer:
             if not member.isfile():
                 continue
-            scan = MarkerScan(outer.extractfile(member), LEAK_MARKER_PREFIX.encode())
+            # an OCI layout (the containerd image store's `docker save`) keeps layers compressed: the marker and
+            # the diff-id are the uncompressed content's
+            raw = io.BufferedReader(outer.extractfile(member), 1 << 20)
+            if raw.peek(2)[:2] == b"\x1f\x8b":
+                raw = gzip.GzipFile(fileobj=raw)
+            scan = MarkerScan(raw, LEAK_MARKER_PREFIX.encode())
             is_layer = False
             if member.name.endswith("layer.tar") or member.name.startswith("blobs/"):
                 try:
@@ -227,15 +233,15 @@ def test_failing_step_reports_log_and_sets_no_tag(docker_client, tmp_path, fake_
         build_selection(sel, SourceFlags(cann_dir=str(cann)), InputFlags(ca_bundle=str(build_secrets["ca"])),
                         lines.append, work_dir=work_dir, namespace=TEST_NAMESPACE)
     text = str(err.value)
-    assert "[3/5 cann-install]" in text and "failed at step" in text
+    assert "[2/4 cann-install]" in text and "failed at step" in text
     assert "marker-4711" in text  # the log's tail
     log = re.search(r"full log: (\S+)", text).group(1)
     with open(log) as handle:
         assert "marker-4711" in handle.read()
     tag = f"{TEST_NAMESPACE}/cann-install:9.1.0-a3-debian12-py3.11-{TEST_DOCKER_ARCH}"
     assert f"(no tag was set for {tag})" in text
-    # the stages below it were reused, not rebuilt: the installer and the base
-    assert sum("reused" in line for line in lines) == 2, lines
+    # the stage below it was reused, not rebuilt: the base
+    assert sum("reused" in line for line in lines) == 1, lines
 
 
 def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fake_cann_dir, build_secrets):

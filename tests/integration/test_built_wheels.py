@@ -1,7 +1,8 @@
-"""A package a lock builds from its sdist is compiled once per host, for its inputs (the sdist's sha256) and its target
-(arch, Python, OS, torch): the vLLM stage's own built-wheel line (rendered from images/, only arctic-inference's sdist
-swapped for a probe's) runs twice in two fresh containers of CI's base image, against the build server's wheel store
-and built-wheels cache on the host. The first compiles and keeps the wheel; the second takes it and compiles nothing.
+"""A package a lock builds from its sdist is compiled once per engine, for its inputs (the sdist's sha256) and its
+target (arch, Python, OS, torch): the vLLM stage's own built-wheel line (rendered from images/, only
+arctic-inference's sdist swapped for a probe's) is built twice by BuildKit, `--no-cache`, over CI's base image, with
+the wheel store as its named context and the built-wheels cache mount. The first compiles and keeps the wheel; the
+second takes it from the cache mount and compiles nothing.
 
 The probe is an sdist made here with an in-tree PEP 517 backend (no build requirement, as the stage builds without
 isolation), in a wheel store under its sha256 like arctic-inference's."""
@@ -11,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import subprocess
 import tarfile
+import uuid
 
 import pytest
-from ascend_images.builder.buildserver import BuildServer
 
-from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
+from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
 from ascend_images.matrix.model import load_matrix
 from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import PlanOptions, make_plan
@@ -77,7 +79,7 @@ def compile_once_line(sha256: str) -> tuple[str, str]:
     """The vLLM stage's line that builds arctic-inference's sdist once per host, as images/ renders it, for the
     probe's sdist instead; and its built-wheels key."""
     ctx, text = rendered_stage("vllm")
-    (arctic,) = [b for b in ctx["packages"]["builds"] if b["what"].startswith("arctic-inference")]
+    (arctic,) = [b for b in ctx["packages"]["target_builds"] if b["what"].startswith("arctic-inference")]
     sdist = arctic["spec"].rsplit("#", 1)[1]
     match = re.search(rf"(/usr/local/libexec/ascend-images/built-wheel \S+ /wheels \\\n\s+\S+{sdist} \. - -)",
                       text)
@@ -93,25 +95,30 @@ def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_bu
     store = tmp_path / "wheels"
     (store / sha256).mkdir(parents=True)
     (store / sha256 / "probe-pkg-1.0.tar.gz").write_bytes(sdist)
-    cache = tmp_path / "built-wheels"
     line, key = compile_once_line(sha256)
-    script = f"set -e\n{line}\ncat /tmp/probe-backend-ran 2>/dev/null || true\nls /wheels\n"
+    # the stage's cache mount, under an id of this test's own so that no earlier run has filled it
+    cache = (f"--mount=type=cache,id=ascend-images-test-{uuid.uuid4().hex[:12]},"
+             "target=/var/cache/ascend-images/built-wheels")
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM {base}\nRUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels {cache} \\\n"
+        f"    {line} && (cat /tmp/probe-backend-ran 2>/dev/null || true) && ls /wheels "
+        f"&& ls /var/cache/ascend-images/built-wheels/{key}\n")
     outputs = []
-    with BuildServer(BuildInputs(), port=0, built_wheels=cache, wheel_store=store) as server:
-        for _ in range(2):  # two builds: fresh containers, the host's cache between them
-            out = docker_client.containers.run(base, ["bash", "-c", script], entrypoint=[], remove=True,
-                                               network_mode="host", stderr=True,
-                                               environment={"ASCEND_BUILD_SERVER": server.url})
-            outputs.append(out.decode(errors="replace"))
-        fetched = [p for p in server.requests if sha256 in p]
+    for _ in range(2):  # two builds, the layer cache ignored: only the cache mount is between them
+        result = subprocess.run(["docker", "buildx", "build", "--no-cache", "--progress", "plain", "--network", "host",
+                                 "--platform", f"linux/{TEST_DOCKER_ARCH}", "--build-context", f"wheels={store}",
+                                 "--output", "type=cacheonly", str(context)],
+                                capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append(result.stderr)
     first, second = outputs
     assert "PROBE BACKEND COMPILED A WHEEL" in first and "probe_pkg-1.0-py3-none-any.whl, compiled here" in first, \
         first[-2000:]
-    assert (cache / key / "probe_pkg-1.0-py3-none-any.whl").is_file()  # kept on the host, under its inputs' key
     assert "PROBE BACKEND COMPILED A WHEEL" not in second, second[-2000:]  # taken, not compiled again
-    assert "compiled by an earlier build on this host" in second
-    assert second.rstrip().endswith("probe_pkg-1.0-py3-none-any.whl"), second[-2000:]
-    assert len(fetched) == 1  # the sdist from the wheel store once: the second build needed none
+    assert "compiled by an earlier build on this engine" in second, second[-2000:]
+    assert second.count("probe_pkg-1.0-py3-none-any.whl") >= 2  # in /wheels, and kept under its inputs' key
 
 
 # --- a pure-Python source tree, built natively (the SGLang stage's line): hashes enforced, a platform wheel refused --
@@ -150,7 +157,7 @@ def native_build_line() -> str:
     """The SGLang stage's line that builds its source tree natively, as images/ renders it."""
     ctx, text = rendered_stage("sglang")
     assert [b["what"] for b in ctx["packages"]["native_builds"]] == ["SGLang 0.5.17 from its source tree"]
-    assert not ctx["packages"]["builds"] and " AS built" not in text  # no emulated build stage left
+    assert not ctx["packages"]["target_builds"] and " AS built" not in text  # no emulated build stage left
     match = re.search(r"(/usr/local/libexec/ascend-images/build-env build-pure-wheel"
                       r" \\\n\s+\S+ \S+ /tmp/ascend-install/wheels"
                       r" \\\n\s+\S+ python pyproject_npu.toml 0.5.17)", text)
@@ -159,15 +166,11 @@ def native_build_line() -> str:
 
 
 @pytest.mark.parametrize("case", ["pure", "platform wheel", "build requirement's hash"])
-def test_a_pure_python_tree_is_built_natively_and_nothing_else_passes(docker_client, ci_builds, tmp_path, case):
-    """The SGLang stage's native line, in CI's installer image (the build host's arch) with the stage's copy of
-    build-pure-wheel, against the build server:
+def test_a_pure_python_tree_is_built_natively_and_nothing_else_passes(docker_client, native_tool, tmp_path, case):
+    """The SGLang stage's native line, in the stage's native tool (the build host's arch) with images/' copy of
+    build-pure-wheel, the wheel store and a built-wheels cache mounted where the build mounts them:
     a pure-Python tree builds in isolation from its hashed build requirements; a tree whose wheel is tagged for this
     host's arch, or a build requirement whose file does not hash to its pin, stops it."""
-    import platform
-
-    host_arch = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]  # the installer is the host's
-    installer = f"{TEST_NAMESPACE}/installer:debian12-py3.11-{host_arch}"
     sdist = native_sdist("cp311-cp311-linux_x86_64" if case == "platform wheel" else "py3-none-any")
     sha256 = hashlib.sha256(sdist).hexdigest()
     helper = helper_wheel()
@@ -182,26 +185,27 @@ def test_a_pure_python_tree_is_built_natively_and_nothing_else_passes(docker_cli
     line = native_build_line()
     spec = re.search(r"(\S+#\S+) python pyproject_npu.toml 0.5.17", line).group(1)
     line = line.replace(f"{spec} python pyproject_npu.toml 0.5.17",
-                        f"${{ASCEND_BUILD_SERVER}}/wheels/{sha256}#{sha256} . - -")
+                        f"/run/ascend-images/wheels/{sha256}#{sha256} . - -")
     line = line.replace("/tmp/ascend-install/build-requirements.txt", "/ctx/build-requirements.txt")
     script = f"set -e\nmkdir -p /tmp/ascend-install/wheels\n{line}\nls /tmp/ascend-install/wheels\n"
-    with BuildServer(BuildInputs(), port=0, built_wheels=tmp_path / "built-wheels", wheel_store=store) as server:
-        container = docker_client.containers.run(
-            installer, ["bash", "-c", script], entrypoint=[], detach=True, network_mode="host",
-            environment={"ASCEND_BUILD_SERVER": server.url},
-            volumes={str(tmp_path / "ctx"): {"bind": "/ctx", "mode": "ro"},  # the stage copies the script in
-                     str(ROOT / "images" / "common" / "installer" / "build-pure-wheel"):
-                         {"bind": "/usr/local/bin/build-pure-wheel", "mode": "ro"}})
-        code = container.wait(timeout=300)["StatusCode"]
-        out = container.logs().decode(errors="replace")
-        container.remove()
+    (tmp_path / "built-wheels").mkdir()
+    container = docker_client.containers.run(
+        native_tool, ["bash", "-c", script], entrypoint=[], detach=True, network_mode="host",
+        volumes={str(tmp_path / "ctx"): {"bind": "/ctx", "mode": "ro"},
+                 str(store): {"bind": "/run/ascend-images/wheels", "mode": "ro"},
+                 str(tmp_path / "built-wheels"): {"bind": "/var/cache/ascend-images/built-wheels", "mode": "rw"},
+                 str(ROOT / "images" / "common" / "installer" / "build-pure-wheel"):
+                     {"bind": "/usr/local/libexec/ascend-images/build-pure-wheel", "mode": "ro"}})
+    code = container.wait(timeout=300)["StatusCode"]
+    out = container.logs().decode(errors="replace")
+    container.remove()
     if case == "pure":
         assert code == 0, out[-3000:]
         assert out.rstrip().endswith("probe_pkg-1.0-py3-none-any.whl"), out[-2000:]
     elif case == "platform wheel":
         assert code != 0, out[-3000:]
         assert "probe_pkg-1.0-cp311-cp311-linux_x86_64.whl is not pure Python" in out, out[-2000:]
-        assert not (tmp_path / "built-wheels").exists() or not any((tmp_path / "built-wheels").rglob("*.whl"))
+        assert not any((tmp_path / "built-wheels").rglob("*.whl"))
     else:
         assert code != 0, out[-3000:]
         assert "Hash mismatch" in out and helper_sha in out, out[-2000:]

@@ -3,12 +3,12 @@ run the suite against it, and see that exact check reported by name, while the r
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
 
 from ascend_images.runtime.imagetests import run_image_suite
+from tests.fixtures.buildkit import build_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -42,8 +42,7 @@ def broken_image(docker_client, ci_images):
     platform = f"linux/{docker_client.images.get(good).attrs['Architecture']}"
     dockerfile = f"FROM {good}\n{BREAKAGES}"
     tag = "ascend-images-test/broken:latest"
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, platform=platform,
-                               network_mode="host")
+    build_image(tag, dockerfile, platform=platform)
     yield tag
     docker_client.images.remove(tag, force=True)
 
@@ -76,8 +75,7 @@ def stack_base(docker_client, ci_images):
 def derived(docker_client, base: str, tag: str, body: str, context) -> str:
     """An image built FROM a good one with `body` appended, in the context directory `context`."""
     (context / "Dockerfile").write_text(f"FROM {base}\n{body}")
-    docker_client.images.build(path=str(context), tag=tag, rm=True, network_mode="host",
-                               platform=f"linux/{docker_client.images.get(base).attrs['Architecture']}")
+    build_image(tag, context=context, platform=f"linux/{docker_client.images.get(base).attrs['Architecture']}")
     return tag
 
 

@@ -12,6 +12,7 @@ from ascend_images.cli.release import publish_selection, verify_image
 from ascend_images.release.publish import PublishError
 from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError
 from tests.conftest import ROOT, TEST_ARCH, TEST_DOCKER_ARCH, TEST_NAMESPACE
+from tests.fixtures.buildkit import build_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 # A2 and A3 on each one's default release for backend none (both CANN 9.1.0), both in CI's selection
@@ -40,7 +41,6 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
     is not published; the same image is, once pins.yaml pins each package to the sha256 it was built from. The image
     is CI's A3 training base relabelled as built from real packages (the test-double label emptied)."""
     import hashlib
-    import io
 
     import yaml
 
@@ -55,9 +55,8 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
     tag = source.replace(TEST_NAMESPACE, namespace, 1)
     # as this checkout would build it from real packages: no test-double label, and this checkout's commit
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dockerfile = (f'FROM {source}\nLABEL io.ascend-images.test-double="" '
-                  f'org.opencontainers.image.revision="{head}"\n').encode()
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True)
+    build_image(tag, f'FROM {source}\nLABEL io.ascend-images.test-double="" '
+                     f'org.opencontainers.image.revision="{head}"\n')
     files = ["Ascend-cann-toolkit_9.1.0_linux-aarch64.run", "Ascend-cann-A3-ops_9.1.0_linux-aarch64.run",
              "Ascend-cann-nnal_9.1.0_linux-aarch64.run"]
     sha = {f: hashlib.sha256((fake_cann_dir / f).read_bytes()).hexdigest() for f in files}

@@ -112,6 +112,8 @@ class ScratchEngine:
         major = _dockerd_major()
         if major is not None and major < 23:
             config["deprecated-key-path"] = str(self.root / "key.json")
+        if major is not None and major >= 26:  # the image store the host's engine has (scripts/setup-engine.sh)
+            config["features"] = {"containerd-snapshotter": True}
         path = self.root / "daemon.json"
         path.write_text(json.dumps(config, indent=2) + "\n")
         return path

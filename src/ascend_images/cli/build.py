@@ -28,6 +28,8 @@ BUILD_HELP = {
     "namespace": "repository namespace of the tags (default ascend-images)",
     "work_dir": "where contexts, logs and reports go (default: the project's build/)",
     "force": "rebuild every stage even when an image carries its content key",
+    "no_cache": "rebuild every stage from nothing: --force, and BuildKit's cache ignored (a rebuild that proves the "
+                "same inputs give the same image)",
     "jobs": "stages built at once (default 1); siblings such as vllm and sglang on one torch build side by side",
     "fetch": "run `invoke fetch` for the selection first, then build from the cache",
     "stage_cache": "REGISTRY/NAMESPACE shared stage store: pull a stage found there by content key instead of "
@@ -215,13 +217,13 @@ def base_images(variants: list[Variant], explicit: str | None,
 # --- build ----------------------------------------------------------------------------------------------------------
 @task(groups=(SELECTION, SOURCES, INPUTS), help=BUILD_HELP)
 def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir=None,
-          force=False, jobs="1", stage_cache=None, stage_cache_read_only=False):
+          force=False, no_cache=False, jobs="1", stage_cache=None, stage_cache_read_only=False):
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     from ascend_images.cli.options import env_flag
 
     run_body(build_selection, sel, sources, inputs, print,
              work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
-             base_image=base_image, force=force, fetch=fetch,
+             base_image=base_image, force=force or no_cache, no_cache=no_cache, fetch=fetch,
              jobs=run_body(whole_number, "--jobs", jobs, 1),
              stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
              stage_cache_read_only=stage_cache_read_only)
@@ -229,7 +231,7 @@ def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAU
 
 def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
                     work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
-                    base_image: str | None = None, force: bool = False,
+                    base_image: str | None = None, force: bool = False, no_cache: bool = False,
                     fetch: bool = False, jobs: int = 1, stage_cache: str | None = None,
                     stage_cache_read_only: bool = False) -> tuple[BuildPlan, list]:
     """Validate everything, then build; returns (plan, results)."""
@@ -263,7 +265,8 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
     for stage in plan.stages:
         out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
-    settings = BuildSettings(sources, inputs, work_dir, force=force, source_date=source_date(matrix), jobs=jobs,
+    settings = BuildSettings(sources, inputs, work_dir, force=force or no_cache, nocache=no_cache,
+                             source_date=source_date(matrix), jobs=jobs,
                              stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only,
                              wheel_store=flags.store_root(), installer_base=bases.get((INSTALLER_OS, host_arch())))
     builder = Builder(client, settings, out=out)

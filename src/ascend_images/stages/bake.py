@@ -53,6 +53,9 @@ def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], context_root: str
             "tags": [stage.tag],
             "labels": {"org.opencontainers.image.created": "${CREATED}"},
             "network": "${NETWORK}",
+            # buildx's own provenance names the build's time and host (and makes the image an index): ours is
+            # attached at publish time (release/), from the image
+            "attest": ["type=provenance,disabled=true", "type=sbom,disabled=true"],
         }
     tops = sorted({target_name(top) for top in plan.tops.values()})
     return {

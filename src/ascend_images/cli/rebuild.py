@@ -1,0 +1,175 @@
+"""`invoke rebuild IMAGE`: is this image what its revision builds (DESIGN 24)? Its labels say which variant it is and
+which revision of this repository it was built at; that revision (a worktree of it) builds the same variant again
+from nothing (`--no-cache`) on another engine (a second, empty dockerd started for the purpose, or `--engine`), and
+the two images are compared: the same digest, or which layers differ and how (diffoscope)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ascend_images.checkout import ROOT as CHECKOUT
+from ascend_images.cli.options import InputFlags, SourceFlags, output_path
+from ascend_images.cli.taskdef import INPUTS, SOURCES, exit_with, run_body, task
+from ascend_images.errors import AscendImagesError, SelectionError
+from ascend_images.stages.names import LABEL_PREFIX
+
+Out = Callable[[str], None]
+REVISION = "org.opencontainers.image.revision"
+BASE_NAME = "org.opencontainers.image.base.name"
+
+
+@task(groups=(SOURCES, INPUTS),
+      help={"image": "the image to check: local, or HOST[:PORT]/REPO:TAG (pulled first)",
+            "engine": "the engine to rebuild on (a DOCKER_HOST value); default: a second, empty dockerd started here "
+                      "and removed after (needs root)",
+            "from_tree": "rebuild from this checkout as it is, not from the revision the image records (a tree with "
+                         "uncommitted changes to the definition records `-dirty`)",
+            "work_dir": "where the worktree, logs and the rebuild's contexts go (default: the project's "
+                        "build/rebuild)"})
+def rebuild(c, sources, inputs, image, engine=None, from_tree=False, work_dir=None):
+    """Rebuild an image from nothing at the revision it records, on another engine, and compare digests."""
+    exit_with(run_body(rebuild_image, image, sources, inputs, print, engine=engine, from_tree=from_tree,
+                       work_dir=run_body(output_path, "--work-dir", work_dir, "build/rebuild")))
+
+
+def _labels(image: str) -> dict[str, str]:
+    found = subprocess.run(["docker", "image", "inspect", image], capture_output=True, text=True)
+    if found.returncode != 0:
+        pulled = subprocess.run(["docker", "pull", "-q", image], capture_output=True, text=True)
+        if pulled.returncode != 0:
+            raise SelectionError(f"IMAGE {image}: not on this engine, and pulling it failed: "
+                                 f"{pulled.stderr.strip() or pulled.returncode}")
+        found = subprocess.run(["docker", "image", "inspect", image], capture_output=True, text=True, check=True)
+    (facts,) = json.loads(found.stdout)
+    return (facts.get("Config") or {}).get("Labels") or {}
+
+
+def selection_argv(labels: dict[str, str], image: str) -> list[str]:
+    """The build flags that select the image's variant again, from its labels."""
+    def label(key: str) -> str:
+        return labels.get(f"{LABEL_PREFIX}.{key}", "")
+
+    needed = ("release", "device", "backend", "os", "arch", "python")
+    missing = [f"{LABEL_PREFIX}.{k}" for k in needed if not label(k)]
+    if missing:
+        raise SelectionError(f"IMAGE {image} is not an ascend-images variant image: no {', '.join(missing)} label")
+    argv = [arg for key in needed for arg in (f"--{key}", label(key))]
+    for key in ("framework", "profile", "allocator"):
+        if label(key) and label(key) != "none":
+            argv += [f"--{key}", label(key)]
+    for name, value in json.loads(label("user-env") or "{}").items():
+        argv += ["--env", f"{name}={value}"]
+    return argv
+
+
+def flag_argv(*groups: object) -> list[str]:
+    """The source and input flags given to this command, for the rebuild's own `invoke build`."""
+    argv: list[str] = []
+    for group in groups:
+        for item in dataclasses.fields(group):  # type: ignore[arg-type]
+            value = getattr(group, item.name)
+            flag = f"--{item.name.replace('_', '-')}"
+            if value is True:
+                argv.append(flag)
+            elif isinstance(value, list):
+                argv += [arg for one in value for arg in (flag, one)]
+            elif value not in (None, False, ""):
+                argv += [flag, str(Path(value).absolute()) if item.name.endswith(("_dir", "_bundle", "netrc",
+                                                                                  "checksums", "wheelhouse",
+                                                                                  "_store")) else value]
+    return argv
+
+
+def _tree(revision: str, from_tree: bool, work_dir: Path) -> Path:
+    """The checkout that builds the image again: a worktree of the recorded revision, or this one."""
+    if from_tree:
+        return CHECKOUT
+    if not revision or revision.endswith("-dirty"):
+        raise SelectionError(f"the image records {REVISION}={revision or '(none)'}: no commit rebuilds it (built from "
+                             "uncommitted changes, or outside a git checkout); --from-tree rebuilds it from this "
+                             "checkout as it is")
+    known = subprocess.run(["git", "-C", str(CHECKOUT), "cat-file", "-e", f"{revision}^{{commit}}"],
+                           capture_output=True)
+    if known.returncode != 0:
+        raise SelectionError(f"the image records {REVISION}={revision}, which this checkout does not have: `git fetch` "
+                             "the repository it was built from")
+    tree = work_dir / f"tree-{revision[:12]}"
+    if not tree.is_dir():
+        work_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "-C", str(CHECKOUT), "worktree", "add", "--detach", str(tree), revision],
+                       capture_output=True, text=True, check=True)
+    return tree
+
+
+def rebuild_image(image: str, sources: SourceFlags, inputs: InputFlags, out: Out, *, engine: str | None = None,
+                  from_tree: bool = False, work_dir: Path = Path("build/rebuild")) -> int:
+    from ascend_images.release.reproduce import ImageOn, compare
+
+    if not image.strip():
+        raise SelectionError("IMAGE is empty: give the image to check (REPO:TAG, or HOST[:PORT]/REPO:TAG)")
+    labels = _labels(image)
+    argv = selection_argv(labels, image)
+    parent = labels.get(BASE_NAME, "")
+    namespace = parent.rsplit("/", 1)[0] if "/" in parent else ""
+    if not namespace:
+        raise SelectionError(f"IMAGE {image} has no {BASE_NAME} label naming the namespace it was built under")
+    tree = _tree(labels.get(REVISION, ""), from_tree, work_dir.absolute())
+    out(f"rebuilding {image} ({' '.join(argv)}) from {tree} at {labels.get(REVISION) or 'this tree'}, "
+        "with no cache, on " + (engine or "a second, empty engine"))
+    with _engine(engine, argv, out) as host:
+        build = subprocess.run(
+            [sys.executable, "-m", "invoke", "build", *argv, *flag_argv(sources, inputs), "--namespace", namespace,
+             "--no-cache", "--work-dir", str(work_dir.absolute() / "work")],
+            cwd=tree, text=True, capture_output=True,
+            env={**os.environ, "DOCKER_HOST": host, "PYTHONPATH": str(tree / "src")})
+        if build.returncode != 0:
+            raise AscendImagesError(f"the rebuild failed (exit {build.returncode}):\n{build.stdout[-3000:]}"
+                                    f"{build.stderr[-2000:]}")
+        found = re.findall(r"^image for \S+: (\S+)$", build.stdout, flags=re.MULTILINE)
+        if len(found) != 1:
+            raise AscendImagesError(f"the rebuild named no one image:\n{build.stdout[-2000:]}")
+        result = compare(ImageOn(image), ImageOn(found[0], host), work_dir)
+    out(result.summary())
+    return 0 if result.same else 1
+
+
+class _engine:
+    """The engine the rebuild runs on: the one given, or a second, empty dockerd with the OS images the variant's
+    build starts from (this host's, when it has them: a farm's machines take them from one place too)."""
+
+    def __init__(self, given: str | None, argv: list[str], out: Out):
+        self.given, self.argv, self.out = given, argv, out
+        self.scratch = None
+
+    def __enter__(self) -> str:
+        if self.given:
+            return self.given
+        from ascend_images.builder.scratch_engine import ScratchEngine
+        from ascend_images.inputs.osimage import local_os_image
+        from ascend_images.stages.plan import host_arch
+
+        def arch(name: str) -> str:
+            return {"aarch64": "arm64", "x86_64": "amd64"}[name]
+
+        os_name = self.argv[self.argv.index("--os") + 1]
+        wanted = {local_os_image(os_name, arch(self.argv[self.argv.index("--arch") + 1])),
+                  local_os_image("debian12", arch(host_arch()))}
+        self.scratch = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-rebuild-")))
+        self.scratch.start()
+        for ref in sorted(wanted):
+            if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0:
+                self.scratch.load_from(ref)
+        self.out(f"second engine {self.scratch.host} started (removed at the end)")
+        return self.scratch.host
+
+    def __exit__(self, *exc: object) -> None:
+        if self.scratch is not None:
+            self.scratch.stop()
