@@ -117,6 +117,15 @@ class ProjectTask(Task):
                    if name not in sig.parameters]
         return sig.replace(parameters=params)
 
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        # invoke pops each flag's help out of the task as it reads it, so a second parser of the same tasks (the
+        # strict reading's, then invoke's own; docs/cli.md's generator) would get none
+        kept = dict(self.help)
+        try:
+            return super().get_arguments(ignore_unknown_help)
+        finally:
+            self.help = kept
+
     def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
         letter = short_flag(name)
