@@ -42,14 +42,18 @@ def _run(call: Callable[[], None]) -> Result:
 
 
 class Listener:
-    """A TCP port that accepts and hangs up, counting who came: any engine or index request lands here."""
+    """A TCP port that counts who came. It hangs up at once; `silent`, it keeps each connection open and never says
+    a word (a server that hangs), and `knocked` is set at the first connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, silent: bool = False) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
+        self.silent = silent
         self.connections = 0
+        self.knocked = threading.Event()
+        self.held: list[socket.socket] = []
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -60,7 +64,13 @@ class Listener:
             except OSError:
                 return
             self.connections += 1
-            conn.close()
+            self.knocked.set()
+            if self.silent:
+                self.held.append(conn)
+            else:
+                conn.close()
 
     def close(self) -> None:
         self.sock.close()
+        for conn in self.held:
+            conn.close()

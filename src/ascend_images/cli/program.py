@@ -25,7 +25,7 @@ from invoke.parser import Argument
 from ascend_images.checkout import describe, file_sha256, templates_missing, version
 from ascend_images.cli.argv import read_task_part
 from ascend_images.cli.project import ProjectNotFound, find_root, set_root
-from ascend_images.cli.taskdef import USAGE_ERROR
+from ascend_images.cli.taskdef import INTERRUPTED, USAGE_ERROR
 
 NAME = "ascend-images"
 UNKNOWN = re.compile(r"^No idea what (.+) is!$")  # invoke's parser's words for a token it cannot place
@@ -96,6 +96,8 @@ def _explaining(parse: Callable[..., None]) -> Callable[..., None]:
             parse(self, *args)
         except ParseError as exc:
             raise Exit(f"error: {explain(exc, self)}", code=USAGE_ERROR) from None
+        except KeyboardInterrupt:  # invoke would exit 1 without a word
+            raise Exit("interrupted: stopped by Ctrl-C before any task ran", code=INTERRUPTED) from None
 
     wrapper.explaining = True  # type: ignore[attr-defined]
     return wrapper

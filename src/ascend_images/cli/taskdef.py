@@ -5,9 +5,10 @@ A task body that selects takes the selection as one argument (`def env(c, sel, j
 `--backend`, ...) are added to the task's signature here, so a new selection flag is one line of SELECTION and a field
 of options.Selection. The source and input flags of the tasks that build travel the same way (SOURCES, INPUTS).
 
-Exit codes, the same in `ascend-images` and `invoke`: 0 done; 1 the task ran and found something (lint findings,
-drift, failed image tests, verify findings); 2 the command was refused (a usage error: an unknown task or flag, a
-missing argument; or a value error: a flag's value, a file, the matrix); 130 interrupted.
+Exit codes, the same in `ascend-images` and `invoke`, one meaning each (EXIT_CODES): 0 done; 1 the task ran and found
+something (lint findings, drift, a stale lock, failed image tests, verify findings, a stage that failed to build); 2
+the command line is wrong (an unknown task or flag, a missing value or argument, a value, file or matrix refused);
+3 an engine, index or registry could not be reached or refused (the same line may work later); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,9 +26,21 @@ from ascend_images.cli.flags import short_flag
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 from ascend_images.errors import AscendImagesError
 
-USAGE_ERROR = VALUE_ERROR = 2
+OK = 0
 FOUND_PROBLEMS = 1
+USAGE_ERROR = VALUE_ERROR = 2  # a value a flag names, or a file it names, is part of the command line
+UNREACHABLE = 3
 INTERRUPTED = 130
+EXIT_CODES = {
+    OK: "done",
+    FOUND_PROBLEMS: "the task ran and found something: lint findings, drift, a stale lock, failed image tests, "
+                    "verify findings, a stage that failed to build",
+    USAGE_ERROR: "the command line is wrong: an unknown task or flag, a missing value or argument, a value, file or "
+                 "matrix refused (one line on stderr naming the flag and the value; nothing written)",
+    UNREACHABLE: "an engine, index or registry could not be reached or refused (try again later, or point to "
+                 "another: DOCKER_HOST, --index-url, --registry)",
+    INTERRUPTED: "interrupted (Ctrl-C): one line on stderr; what was finished is kept whole, nothing half-written",
+}
 
 
 @dataclass(frozen=True)
@@ -140,7 +153,12 @@ class ProjectTask(Task):
                 if name in values:
                     values[name] = list(values[name] or [])
             kwargs[group.param] = group.make(**values)
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except KeyboardInterrupt:  # invoke would exit 1 without a word
+            console.stop_live()
+            raise Exit(f"interrupted: {self.name} stopped by Ctrl-C; what it had finished is kept whole, nothing "
+                       "half-written is left", code=INTERRUPTED) from None
 
 
 def task(*args: Any, **kwargs: Any) -> Any:
@@ -155,16 +173,22 @@ def run_body(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     import requests
 
     from ascend_images.builder.engine import explain
-    from ascend_images.errors import Interrupted
+    from ascend_images.errors import BuildError, Interrupted, Unreachable
 
     try:
         return fn(*args, **kwargs)
     except Interrupted as exc:
         raise Exit(f"interrupted: {exc}", code=INTERRUPTED) from None
+    except Unreachable as exc:
+        raise Exit(f"error: {exc}", code=UNREACHABLE) from None
+    except BuildError as exc:  # the task ran, and a stage did not build: what it found, not the command line's fault
+        raise Exit(f"error: {exc}", code=FOUND_PROBLEMS) from None
     except AscendImagesError as exc:
-        raise Exit(f"error: {exc}", code=VALUE_ERROR) from None
+        raise Exit(f"error: {exc}", code=USAGE_ERROR) from None
+    except docker.errors.NotFound as exc:  # an image or container the command line named is not there
+        raise Exit(f"error: {explain(exc)}", code=USAGE_ERROR) from None
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise Exit(f"error: {explain(exc)}", code=VALUE_ERROR) from None
+        raise Exit(f"error: {explain(exc)}", code=UNREACHABLE) from None
     except BrokenPipeError:  # the reader of stdout has gone (`| head`): the program ends quietly
         raise
     except OSError as exc:  # a file error no flag check foresaw (a directory not writable, a disk full) is one line

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ascend_images.console import progress_stream
-from ascend_images.errors import AscendImagesError
+from ascend_images.errors import AscendImagesError, Unreachable
 from ascend_images.inputs.https import urlopen
 
 PARTIAL_DIR = ".partial"
@@ -26,6 +26,10 @@ RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
 class DownloadError(AscendImagesError):
     """A download failed for good (after its retries), or its content is not what was expected."""
+
+
+class DownloadUnreachable(DownloadError, Unreachable):
+    """The server did not answer, or kept failing, through every attempt."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ def fetch_file(req: Request, cache: Path, *, policy: Policy | None = None, strea
             break
         except _Transient as exc:
             if attempt == policy.attempts:
-                raise DownloadError(f"{req.url}: gave up after {attempt} attempts: {exc} "
+                raise DownloadUnreachable(f"{req.url}: gave up after {attempt} attempts: {exc} "
                                     f"(the partial download is kept in {partial} and resumed next time)") from None
             log(f"{req.file}: attempt {attempt} failed ({exc}); retrying in {delay:.1f}s")
             time.sleep(delay)

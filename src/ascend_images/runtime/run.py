@@ -418,6 +418,6 @@ def run_container(client: Any, spec: RunSpec, out: Any) -> int:
             return int(container.wait()["StatusCode"])
         except KeyboardInterrupt:
             container.stop(timeout=10)
-            return 130
+            raise  # the task's wrapper says so in one line and exits 130 (a container's own 130 stays its own)
     finally:
         container.remove(force=True)
