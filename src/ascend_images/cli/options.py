@@ -84,6 +84,32 @@ def whole_number(flag: str, value: str | int, minimum: int, maximum: int = 10_00
     return number
 
 
+def without_effect(flag: str, value: object, because: str) -> SelectionError:
+    """The refusal of a flag that would change nothing in the combination given (as Docker refuses --restart with
+    --rm): named as typed, with its value, and what it needs or why it is moot."""
+    shown_value = "" if value is True else f" {shown(str(value))}"
+    return SelectionError(f"{flag}{shown_value} has no effect here: {because}")
+
+
+def refuse_moot(given: dict[str, object], because: str) -> None:
+    """The first of these flags that was given (not None, False or an empty list) is refused: `because` says why
+    they all change nothing."""
+    for flag, value in given.items():
+        if value not in (None, False, []):
+            raise without_effect(flag, value[0] if isinstance(value, list) else value, because)
+
+
+def read_only_needs_a_cache(stage_cache: str | None, read_only: bool) -> None:
+    if read_only and not stage_cache:
+        raise without_effect("--stage-cache-read-only", True, "it says how the stage cache is used, and none is "
+                             "named; add --stage-cache REGISTRY/NAMESPACE (or set ASCEND_IMAGES_STAGE_CACHE)")
+
+
+def given_flags(*groups: object) -> dict[str, object]:
+    """The flags of option dataclasses (SourceFlags, InputFlags) by their command-line names."""
+    return {f"--{name.replace('_', '-')}": value for group in groups for name, value in vars(group).items()}
+
+
 @dataclass
 class Selection:
     """The selection flags every task takes."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.checkout import revision
-from ascend_images.cli.options import RunFlags, Selection, SourceFlags, whole_number
+from ascend_images.cli.options import RunFlags, Selection, SourceFlags, whole_number, without_effect
 from ascend_images.cli.taskdef import SELECTION, exit_with, run_body, task
 from ascend_images.console import note
 from ascend_images.errors import SelectionError
@@ -46,18 +46,46 @@ Out = Callable[[str], None]
                      "the image below (which must be) instead of refusing",
             "namespace": "the namespace the selection's images were built under (default ascend-images)"},
       iterable=["volume", "publish"])
-def run(c, sel, image=None, devices="0", mode="manual", host_root="/", driver_mounts="auto", shm_size="16g",
+def run(c, sel, image=None, devices="0", mode="manual", host_root=None, driver_mounts=None, shm_size="16g",
         ipc_host=False, network_host=False, name=None, print=False, volume=None, publish=None, detach=False,
-        restart=None, workdir=None, format="docker,compose", replicas="0", build=False, namespace=DEFAULT_NAMESPACE):
+        restart=None, workdir=None, format=None, replicas=None, build=False, namespace=None):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     from builtins import print as echo
 
-    flags = RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name,
+    run_body(refuse_without_effect, sel, image=image, print_only=print, mode=mode,
+             given={"--format": format, "--replicas": replicas, "--namespace": namespace,
+                    "--driver-mounts": driver_mounts, "--host-root": host_root})
+    flags = RunFlags(devices, mode, host_root or "/", driver_mounts or "auto", shm_size, ipc_host, network_host, name,
                      volumes=list(volume or []), publish=list(publish or []), detach=detach, restart=restart,
-                     workdir=workdir, format=format, replicas=run_body(whole_number, "--replicas", replicas, 0),
-                     build=build)
+                     workdir=workdir, format=format or RunFlags.format,
+                     replicas=run_body(whole_number, "--replicas", replicas or "0", 0), build=build)
     exit_with(run_body(run_image, sel, flags, echo, image=image, command=command_after_dashes(c.remainder),
-                       print_only=print, namespace=namespace))
+                       print_only=print, namespace=namespace or DEFAULT_NAMESPACE))
+
+
+def refuse_without_effect(sel: Selection, *, image: str | None, print_only: bool, mode: str,
+                          given: dict[str, str | None]) -> None:
+    """The run flags that would change nothing with the others given (None: not given) are refused."""
+    fmt, replicas = given["--format"], given["--replicas"]
+    if fmt is not None and not print_only:
+        raise without_effect("--format", fmt, "it says what --print prints; add --print")
+    if replicas is not None and "k8s" not in (fmt or RunFlags.format).split(","):
+        raise without_effect("--replicas", replicas, "it makes the Kubernetes form a Deployment; add --print "
+                                                     "--format k8s")
+    if image is not None:
+        if given["--namespace"] is not None:
+            raise without_effect("--namespace", given["--namespace"], "it says where the selection's images were "
+                                 "built, and --image names the image to run; leave one out")
+        moot = [name for name in sel.narrows() if name not in ("device", "env")]
+        if moot:
+            raise without_effect(f"--{moot[0]}", getattr(sel, moot[0]), "it narrows the selection, and --image "
+                                 "names the image to run (--device still says which device it is for, --env adds "
+                                 "to its environment); leave one out")
+    if mode == "runtime":
+        for flag in ("--driver-mounts", "--host-root"):
+            if given[flag] is not None:
+                raise without_effect(flag, given[flag], "the Ascend Docker Runtime (--mode runtime) passes the "
+                                     "devices and mounts the driver itself; leave it out, or use --mode manual")
 
 
 def command_after_dashes(remainder: str) -> list[str]:
