@@ -24,7 +24,7 @@ Out = Callable[[str], None]
 
 
 @task(groups=(SELECTION,),
-      help={"image": "run this image instead of the selection's",
+      help={"image": "run this image instead of the selection's (a reference Docker accepts)",
             "devices": "NPU numbers on the host, e.g. 0-3,6 (default 0)",
             "mode": "manual (--device and driver mounts) or runtime (Ascend Docker Runtime, ASCEND_VISIBLE_DEVICES)",
             "host_root": "look host devices and driver files up under this directory (default /)",
@@ -34,7 +34,8 @@ Out = Callable[[str], None]
             "network_host": "--network host (multi-node, serving)",
             "name": "container name (as Docker accepts it: [a-zA-Z0-9][a-zA-Z0-9_.-]*)",
             "volume": "HOST:CONTAINER[:ro|rw], as docker run -v (repeatable; the host path must exist)",
-            "publish": "[IP:]HOST:CONTAINER[/tcp|/udp], as docker run -p (repeatable)",
+            "publish": "CONTAINER, HOST:CONTAINER, IP:HOST:CONTAINER or IP::CONTAINER, ports or equal ranges "
+                       "(8000-8010:8000-8010), /tcp, /udp or /sctp, as docker run -p (repeatable)",
             "detach": "start in the background and return (the container stays; docker's -d)",
             "restart": "no | on-failure[:N] | always | unless-stopped, as docker run --restart (needs --detach)",
             "workdir": "working directory in the container (absolute), as docker run --workdir",
@@ -103,6 +104,7 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     from ascend_images.builder.engine import connect, image_exists
     from ascend_images.runtime.compose import compose_service
     from ascend_images.runtime.k8s import k8s_yaml
+    from ascend_images.runtime.reference import parse_reference
     from ascend_images.runtime.run import (
         RunError,
         RunSpec,
@@ -138,6 +140,8 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     if image is not None and not image.strip():
         raise RunError("--image is empty: give an image reference (e.g. ascend/sglang:tag), or leave --image out "
                        "to run the selection's image")
+    if image is not None:
+        parse_reference("--image", image)
     requested = framework = overlay_of = None
     if image is None:
         variants = sel.variants(matrix)
