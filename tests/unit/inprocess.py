@@ -31,6 +31,9 @@ PROGRAMS = {"invoke": run_invoke, "ascend-images": run_ascend_images}
 
 
 def _run(call: Callable[[], None]) -> Result:
+    from ascend_images.cli import project
+
+    project.set_root(None)  # a process finds its project once; each run here is a process of its own
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
