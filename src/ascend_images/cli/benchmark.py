@@ -49,6 +49,7 @@ def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=Non
     start-up cost."""
     stage_cache = stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE")
     run_body(read_only_needs_a_cache, stage_cache, stage_cache_read_only)
+    run_body(inputs.check)
     run_body(bench_selection, sel, sources, inputs, print,
              json_path=run_body(output_path, "--json", json, "build/bench.json", "file-to-write"),
              work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,

@@ -235,6 +235,7 @@ def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAU
 
     stage_cache = stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE")
     run_body(read_only_needs_a_cache, stage_cache, stage_cache_read_only)
+    run_body(inputs.check)
     run_body(build_selection, sel, sources, inputs, print,
              work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
              base_image=base_image, force=force, fetch=fetch,
@@ -296,7 +297,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
 def os_image(c, os="debian12", arch="aarch64", mirror=None, matrix=None):
     """Make the OS base image locally with debootstrap (for hosts with no registry)."""
     run_body(make_os_image, project_path(matrix, "matrix.yaml"), os, arch, print, mirror,
-             run_body(output_path, "--work-dir", None, "build"))
+             run_body(output_path, "the project's build directory", None, "build"))
 
 
 def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: str | None = None,
@@ -326,6 +327,7 @@ def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, sta
         run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--namespace": namespace,
                                "--stage-cache": stage_cache, **given_flags(sources, inputs)},
                  "--image names the images to test, so nothing is selected or built; leave one out")
+    run_body(inputs.check)
     results = run_body(run_image_tests, sel, sources, inputs, print, images=list(image or []),
                        work_dir=run_body(output_path, "--work-dir", work_dir, "build"),
                        namespace=namespace or DEFAULT_NAMESPACE,

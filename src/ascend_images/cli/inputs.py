@@ -31,12 +31,13 @@ Out = Callable[[str], None]
 
 
 @task(groups=(SELECTION, SOURCES.without("cache_dir")),
-      help={"dest": "cache directory (default ~/.cache/ascend-images/downloads)",
+      help={"dest": "cache directory (default $XDG_CACHE_HOME/ascend-images/downloads, "
+                    "~/.cache/ascend-images/downloads)",
             "record": "pin every download PyPI does not carry that pins.yaml lacks, there (review the diff, commit)"})
 def fetch(c, sel, sources, dest=None, record=False):
     """Download every file the selection needs (CANN, kernel zips, tag archives, vendor wheels, BiSheng Python,
     sdists) into the cache, verified against pins.yaml; what it lacks is trusted on first use on this host."""
-    sources.cache_dir = dest
+    sources.cache_dir, sources.cache_flag = dest, "--dest"
     run_body(fetch_selection, sel, sources, print, record=record)
 
 

@@ -13,6 +13,8 @@ the command line is wrong (an unknown task or flag, a missing value or argument,
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from inspect import Parameter
@@ -83,10 +85,12 @@ SOURCES = FlagGroup("sources", SourceFlags, {
     "checksums": "sha256sum-style file for downloads the matrix has no checksum for",
     "artifacts_dir": "directory of other downloads (SGLang sources, sgl-kernel-npu zips, BiSheng Python)",
     "torch_index_url": "extra pip index for torch ('' for none); default per arch from the matrix",
-    "cache_dir": "download cache filled by `invoke fetch` (default ~/.cache/ascend-images/downloads)",
+    "cache_dir": "download cache filled by `invoke fetch` (default $XDG_CACHE_HOME/ascend-images/downloads, "
+                 "~/.cache/ascend-images/downloads)",
     "state_dir": "where this host's trust record is kept (default $XDG_STATE_HOME/ascend-images, "
                  "~/.local/state/ascend-images)",
-    "wheel_store": "the host's wheel store, every locked file by its sha256 (default ~/.cache/ascend-images/wheels)",
+    "wheel_store": "the host's wheel store, every locked file by its sha256 (default "
+                   "$XDG_CACHE_HOME/ascend-images/wheels, ~/.cache/ascend-images/wheels)",
 })
 # How a build reaches indexes and mirrors, and what it must keep out of its layers.
 INPUTS = FlagGroup("inputs", InputFlags, {
@@ -117,6 +121,8 @@ class ProjectTask(Task):
         kwargs["help"] = {**VOICE_HELP, **group_help, **(kwargs.get("help") or {})}
         kwargs["iterable"] = [*(n for g in groups for n in g.iterable if n in g.flags), *(kwargs.get("iterable") or [])]
         super().__init__(body, **kwargs)
+        # `--list` shows a docstring's first line: the first sentence is made that line, so none is cut mid-sentence
+        self.__doc__ = one_line_first(self.__doc__ or "")
 
     def argspec(self, body: Callable[..., Any]):
         sig = super().argspec(body)
@@ -159,6 +165,21 @@ class ProjectTask(Task):
             console.stop_live()
             raise Exit(f"interrupted: {self.name} stopped by Ctrl-C; what it had finished is kept whole, nothing "
                        "half-written is left", code=INTERRUPTED) from None
+
+
+def summary(doc: str) -> str:
+    """A docstring's first sentence on one line: its first paragraph up to the first full stop that ends a sentence."""
+    first = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z`])", first, maxsplit=1)[0]
+
+
+def one_line_first(doc: str) -> str:
+    """The docstring with its first sentence joined on the first line (the rest as written)."""
+    text = inspect.cleandoc(doc)
+    line = summary(text)
+    paragraph, _, rest = text.partition("\n\n")
+    remainder = " ".join(paragraph.split())[len(line):].strip()
+    return "\n\n".join(part for part in (line, remainder, rest) if part)
 
 
 def task(*args: Any, **kwargs: Any) -> Any:
