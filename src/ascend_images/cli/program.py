@@ -175,9 +175,10 @@ def install_suggestions(program_class: type[Program] = Program) -> None:
 class AscendImagesProgram(Program):
     def core_args(self) -> list[Argument]:
         return [*super().core_args(),
-                Argument(names=("project",), help="the project directory (default: the current directory or the "
-                                                  "nearest parent holding matrix.yaml, else the checkout this "
-                                                  "command was installed from; or set ASCEND_IMAGES_PROJECT)")]
+                Argument(names=("project",), help="the project directory, an ascend-images checkout (default: the "
+                                                  "current directory or the nearest parent that is one, else the "
+                                                  "checkout this command was installed from; or set "
+                                                  "ASCEND_IMAGES_PROJECT)")]
 
     def parse_core(self, argv: list[str] | None) -> None:
         super().parse_core(argv)
