@@ -2,8 +2,12 @@
 # The Python part of set-up: this project, with its test and lint tools, in a virtual environment of its own
 # (.venv in the checkout, or $ASCEND_IMAGES_VENV). The distribution's python3 is never changed: Debian 12's and
 # Ubuntu 24.04's have no pip and refuse installs into the system (PEP 668, externally-managed-environment), so nothing
-# here runs pip outside the venv, and nothing uses --break-system-packages. Safe to run again.
+# here runs pip outside the venv, and nothing uses --break-system-packages. Safe to run again. --force: re-point
+# /usr/local/bin/ascend-images at this checkout without asking (as ASCEND_IMAGES_FORCE_LINK=1 does).
 set -euo pipefail
+for arg in "$@"; do
+  [ "$arg" = --force ] || { echo "setup: unknown argument $arg (only --force)" >&2; exit 2; }
+done
 cd "$(dirname "$0")/.."
 venv=${ASCEND_IMAGES_VENV:-.venv}
 log_dir=build/logs
@@ -60,10 +64,7 @@ fi
 # compiled again as it is imported: its .pyc names the source's time and size)
 "$venv/bin/python" -m compileall -q -j 0 src tests tasks.py >/dev/null 2>&1 || true
 
-# The project's own command on PATH, from any directory: a link to the venv's script (which runs the venv's Python),
-# where root may put one and nothing else of that name is there. invoke stays the venv's: .venv/bin/invoke.
-link=/usr/local/bin/ascend-images
-if [ -w "$(dirname "$link")" ] && { [ ! -e "$link" ] || [ -L "$link" ]; }; then
-  ln -sfn "$PWD/$venv/bin/ascend-images" "$link"
-fi
+# The project's own command on PATH (scripts/link-command.sh: asks before taking it from another checkout; --force
+# does not). invoke stays the venv's: .venv/bin/invoke.
+bash scripts/link-command.sh "$PWD/$venv/bin/ascend-images" "$@"
 step "python ready: $("$venv/bin/python" --version) in $venv; $("$venv/bin/ascend-images" --version)"

@@ -6,6 +6,7 @@ wrapper before the task body runs, so no function between the flag and the line 
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -47,6 +48,30 @@ def progress_stream() -> TextIO:
 _drawing: set[Any] = set()  # live lines on the terminal now: a task that fails mid-step must not leave one behind
 
 
+def draws_live(stream: TextIO) -> bool:
+    """Whether a live line (rich) may be drawn on `stream`: a terminal that takes cursor movement (not TERM=dumb, as
+    Emacs' shell and some CI consoles set), and not --quiet. Elsewhere progress is plain lines, no terminal codes."""
+    return not is_quiet() and stream.isatty() and os.environ.get("TERM", "") != "dumb"
+
+
+def live(stream: TextIO, *columns: Any, label: str = "", total: float | None = None) -> Any:
+    """A live line drawn by rich on `stream` with these columns and one task (`label`, `total`); stop_live or
+    end_live takes it away (transient: it leaves no trace, the caller prints the plain line)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    progress = Progress(*columns, console=Console(file=stream), transient=True)
+    progress.add_task(label, total=total)
+    progress.start()
+    _drawing.add(progress)
+    return progress
+
+
+def end_live(progress: Any) -> None:
+    progress.stop()
+    _drawing.discard(progress)
+
+
 def stop_live() -> None:
     """Stop every live line still drawn (rich hides the cursor while it draws). The task wrapper calls it when a
     task ends, however it ends; a step's plain line is not printed then, since the step did not finish."""
@@ -61,7 +86,7 @@ def fmt_seconds(seconds: float) -> str:
 
 
 class Steps:
-    """What a long task is doing and how far it is, on stderr: on a terminal a live line (rich) with the running
+    """What a long task is doing and how far it is, on stderr: on a terminal (draws_live) a live line (rich) with the
     step, its number and its time; everywhere one plain line per finished step, e.g. `lock 3/9 NAME (12.3s)`; nothing
     with --quiet. Warnings are counted and the count said by `end()`; --verbose shows each in full as it comes.
 
@@ -73,7 +98,7 @@ class Steps:
         self.stream = stream or sys.stderr
         self.task = task
         self.total = total
-        self.live = (self.stream.isatty() if live is None else live) and not is_quiet()
+        self.live = draws_live(self.stream) and live is not False
         self.times: dict[str, float] = {}
         self.warnings: list[str] = []
         self.done = 0
@@ -90,29 +115,24 @@ class Steps:
         """Start a step; the open one, if any, finishes first (for sequential code such as bench's)."""
         self.finish()
         label = self._label(name)
-        live = None
+        drawn = None
         if self.live:
-            from rich.console import Console
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
             # transient: the live line gives way to the plain one when the step ends
-            live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=Console(file=self.stream), transient=True)
-            live.add_task(label, total=None)
-            live.start()
-            _drawing.add(live)
-        self._open = (name, time.monotonic(), live)
+            drawn = live(self.stream, SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                         label=label)
+        self._open = (name, time.monotonic(), drawn)
         self._label_open = label
 
     def finish(self, detail: str = "") -> None:
         """End the open step: its plain line, with `detail` (e.g. a size) before the time."""
         if self._open is None:
             return
-        name, started, live = self._open
+        name, started, drawn = self._open
         self._open = None
-        if live is not None:
-            live.stop()
-            _drawing.discard(live)
+        if drawn is not None:
+            end_live(drawn)
         self.times[name] = time.monotonic() - started
         self.done += 1
         if not is_quiet():

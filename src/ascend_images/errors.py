@@ -37,5 +37,10 @@ class Interrupted(BuildError):
     """The user stopped a build (Ctrl-C): nothing of the stage in progress was tagged."""
 
 
-class DockerUnavailable(AscendImagesError):
+class Unreachable(AscendImagesError):
+    """An engine, an index or a registry could not be reached, or refused: the command line was right, and the same
+    command may work later (exit 3, apart from a usage error's 2)."""
+
+
+class DockerUnavailable(Unreachable):
     """No Docker engine answers."""

@@ -208,7 +208,8 @@ def test_from_anywhere(script, elsewhere):
     result = typed(script, "ascend-images env --device a3 --json", elsewhere)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)[0]["variant"] == "cann9.1.0-pt2.10.0/a3/none/debian12/aarch64/system"
-    refused(f"error: --project {elsewhere}: no matrix.yaml in {elsewhere}")(
+    refused(f"error: --project {elsewhere}: not an ascend-images checkout: {elsewhere} needs a matrix.yaml and a "
+            "pyproject.toml whose [project] name is ascend-images")(
         typed(script, "ascend-images --project {p} env", elsewhere, p=str(elsewhere)))
 
 
@@ -217,6 +218,7 @@ def test_the_project_is_found_as_git_finds_a_repository(tmp_path, monkeypatch):
     own = tmp_path / "own"
     (own / "deep" / "er").mkdir(parents=True)
     (own / "matrix.yaml").write_text("x: 1\n")
+    (own / "pyproject.toml").write_text('[project]\nname = "ascend-images"\n')  # the project's own marker
     nowhere = tmp_path / "nowhere"
     nowhere.mkdir()
     assert find_root(cwd=own / "deep" / "er", installed_from=nowhere) == own  # the nearest parent

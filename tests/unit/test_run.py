@@ -204,9 +204,18 @@ def test_parse_publish():
     assert parse_publish("8080:80/udp") == Port(8080, 80, "udp")
     assert parse_publish("[::1]:8080:80").publish() == "[::1]:8080:80"
     assert parse_publish("1:65535/tcp").publish() == "1:65535"
-    for bad, message in [("8000", "give \\[IP:\\]HOST_PORT"), ("0:80", "port 0 is outside 1-65535"),
-                         ("80:65536", "port 65536 is outside"), ("80:80/sctp", "give"),
-                         ("999.1.1.1:80:80", "'999.1.1.1' is not an IP address"), ("a:80:80", "give")]:
+    # docker run -p's other forms (docs.docker.com, "Publishing ports"): a container port alone, an address with a
+    # port Docker picks, equal ranges, sctp
+    assert parse_publish("8000") == Port(None, 8000)
+    assert parse_publish("127.0.0.1::80") == Port(None, 80, "tcp", "127.0.0.1")
+    assert parse_publish("8000-8010:9000-9010").mappings()[-1] == (9010, 8010)
+    assert parse_publish("80:80/sctp").publish() == "80:80/sctp"
+    for bad, message in [("0:80", "port 0 is outside 1-65535"), ("80:65536", "port 65536 is outside"),
+                         ("80:80/icmp", "protocol 'icmp': tcp, udp or sctp"),
+                         ("999.1.1.1:80:80", "'999.1.1.1' is not an IP address"), ("a:80:80", "'a' is not an IP"),
+                         ("8000-8010:80", "a host port range for one container port"),
+                         ("8000-8002:80-81", "ranges differ in length"), (":80", "the host port is empty"),
+                         ("x", "the container port 'x' is not a port or a range")]:
         with pytest.raises(RunError, match=message) as err:
             parse_publish(bad)
         assert str(err.value).startswith(f"--publish {bad!r}")

@@ -110,7 +110,7 @@ def test_invoke_run_print_format_k8s(tmp_path):
     (["--restart", "always"], "error: --restart always needs --detach"),
     (["--detach", "--restart", "maybe"], "error: --restart 'maybe': valid: no, on-failure[:N], always"),
     (["--workdir", "srv"], "error: --workdir 'srv' must be an absolute path"),
-    (["--format", "k8s"], "error: --format k8s says what --print prints; add --print"),
+    (["--format", "k8s"], "error: --format k8s has no effect here: it says what --print prints; add --print"),
 ])
 def test_invoke_run_refuses_bad_serving_flags_before_starting(args, message):
     """No engine is asked: each is the flag's own mistake (the missing host path too, checked before starting)."""

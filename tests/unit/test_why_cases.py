@@ -57,8 +57,8 @@ def lock_check_passes(result: subprocess.CompletedProcess) -> None:
 
 
 CASES: list[tuple[str, str, int, Check]] = [
-    # an index that does not answer is an error naming the host, never "nothing newer"
-    ("outdated-unreachable-index", "ascend-images outdated --index-url http://127.0.0.1:9/simple", 2,
+    # an index that does not answer is an error naming the host, never "nothing newer"; 3: try again later
+    ("outdated-unreachable-index", "ascend-images outdated --index-url http://127.0.0.1:9/simple", 3,
      refused("error: cannot reach the index at 127.0.0.1:9: [Errno 111] Connection refused")),
     ("env-json-several-variants",
      "ascend-images env --release cann8.3.rc1-sglang0.5.8 --arch x86_64 --os debian12 --json", 0,

@@ -4,23 +4,49 @@ apart, and what kind of image store the engine has."""
 from __future__ import annotations
 
 import os
+import re
 
 import docker
 from docker.errors import DockerException
 
+from ascend_images.builder.endpoint import DEFAULT_HOST, ContextError, Endpoint, resolve
 from ascend_images.errors import DockerUnavailable
 
 
 def engine_host() -> str:
-    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    """The engine's address as the docker CLI would choose it (builder.endpoint), whole."""
+    return _endpoint_or_host().host
+
+
+def _endpoint_or_host() -> Endpoint:
+    try:
+        return resolve()
+    except ContextError:  # said by connect(); a message about another error still names an address
+        return Endpoint(os.environ.get("DOCKER_HOST") or DEFAULT_HOST, "default", "DOCKER_HOST")
+
+
+def client_for(endpoint: Endpoint, timeout: int = 600) -> docker.DockerClient:
+    """A client of the endpoint's engine. ssh:// goes through the system's ssh, as the docker CLI's does (its
+    config, agent and known hosts; no paramiko)."""
+    ssh = endpoint.host.startswith("ssh://")
+    if endpoint.from_environment:
+        return docker.from_env(timeout=timeout, use_ssh_client=ssh)
+    tls: docker.tls.TLSConfig | bool = False
+    if endpoint.tls_dir is not None:
+        ca, cert, key = (endpoint.tls_dir / name for name in ("ca.pem", "cert.pem", "key.pem"))
+        tls = docker.tls.TLSConfig(client_cert=(str(cert), str(key)) if cert.is_file() and key.is_file() else None,
+                                   ca_cert=str(ca) if ca.is_file() else None,
+                                   verify=ca.is_file() and not endpoint.skip_tls_verify)
+    return docker.DockerClient(base_url=endpoint.host, tls=tls, timeout=timeout, use_ssh_client=ssh)
 
 
 def connect(timeout: int = 600) -> docker.DockerClient:
+    endpoint = resolve()  # a context that does not exist: ContextError, before anything is tried
     try:
-        client = docker.from_env(timeout=timeout)
+        client = client_for(endpoint, timeout)
         client.ping()
     except DockerException as exc:
-        raise DockerUnavailable(explain(exc)) from None
+        raise DockerUnavailable(explain(exc, endpoint)) from None
     return client
 
 
@@ -34,23 +60,33 @@ def disk_full(output: str) -> bool:
     return any(sign in text for sign in DISK_FULL_SIGNS)
 
 
-def explain(exc: BaseException) -> str:
-    """One line for an error from the Docker SDK or its transport: what failed and what to do."""
+def cause(exc: BaseException) -> str:
+    """What went wrong underneath, in a few words and never cut: the innermost `[Errno N] ...` of the transport's
+    chain (requests, urllib3), else the whole text."""
+    text = str(exc).strip()
+    found = re.findall(r"\[Errno -?\d+\] [^'\")\]]+", text)
+    return found[-1].strip() if found else text
+
+
+def explain(exc: BaseException, endpoint: Endpoint | None = None) -> str:
+    """One line for an error from the Docker SDK or its transport: what failed, at which address (whole, and what
+    chose it) and what to do."""
     text = str(exc)
-    host = engine_host()
+    endpoint = endpoint or _endpoint_or_host()
+    where = endpoint.describe()
     if isinstance(exc, docker.errors.ImageNotFound):
-        return f"no such image on the engine at {host}: {getattr(exc, 'explanation', None) or text}. " \
+        return f"no such image on the engine at {where}: {getattr(exc, 'explanation', None) or text}. " \
                "Build it (invoke build ...) or pull it; `docker images` lists what is there."
     if "Permission denied" in text or isinstance(exc, PermissionError):
-        return f"permission denied on the Docker engine's socket ({host}): run as root, or add your user " \
+        return f"permission denied on the Docker engine's socket at {where}: run as root, or add your user " \
                "to the `docker` group and log in again."
     if disk_full(text):
-        return f"the Docker engine ran out of disk space ({text.strip()[:200]}). Free some " \
+        return f"the Docker engine at {where} ran out of disk space ({cause(exc)}). Free some " \
                "(`docker system prune`, `docker image prune`) or move its data root, then run again."
     if isinstance(exc, docker.errors.APIError):
-        return f"the Docker engine at {host} refused: {getattr(exc, 'explanation', None) or text}"
-    return f"no Docker engine answers at {host} ({text.strip()[:200]}). Start one (e.g. " \
-           "`bash scripts/setup-host.sh`, or `dockerd &`) or set DOCKER_HOST to one that runs."
+        return f"the Docker engine at {where} refused: {getattr(exc, 'explanation', None) or text}"
+    return f"no Docker engine answers at {where}: {cause(exc)}. Start one (e.g. `bash scripts/setup-host.sh`, " \
+           "or `dockerd &`), or point DOCKER_HOST or DOCKER_CONTEXT at one that runs."
 
 
 def containerd_store(client: docker.DockerClient) -> bool:

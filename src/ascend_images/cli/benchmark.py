@@ -7,7 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ascend_images.cli.build import base_images
-from ascend_images.cli.options import InputFlags, Selection, SourceFlags, env_flag, output_path, whole_number
+from ascend_images.cli.options import (
+    InputFlags,
+    Selection,
+    SourceFlags,
+    env_flag,
+    output_path,
+    read_only_needs_a_cache,
+    whole_number,
+)
 from ascend_images.cli.taskdef import INPUTS, SELECTION, SOURCES, run_body, task
 from ascend_images.console import Steps
 from ascend_images.errors import SelectionError
@@ -40,12 +48,14 @@ def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=Non
           stage_cache=None, stage_cache_read_only=False, fleet_engine=None, only=None):
     """Measure cold, fleet (with --stage-cache), shared, no-op and incremental builds, sizes, dive efficiency and
     start-up cost."""
+    stage_cache = stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE")
+    run_body(read_only_needs_a_cache, stage_cache, stage_cache_read_only)
+    run_body(inputs.check)
     run_body(bench_selection, sel, sources, inputs, print,
              json_path=run_body(output_path, "--json", json, "build/bench.json", "file-to-write"),
              work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
              runs=run_body(whole_number, "--runs", runs, 1), measure_alone=not quick,
-             stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
-             stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,
+             stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only, fleet_engine=fleet_engine,
              phases=run_body(bench_phases, only))
 
 

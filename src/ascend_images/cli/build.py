@@ -8,7 +8,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
-from ascend_images.cli.options import InputFlags, Selection, SourceFlags, checked_path, output_path, whole_number
+from ascend_images.cli.options import (
+    InputFlags,
+    Selection,
+    SourceFlags,
+    checked_path,
+    given_flags,
+    output_path,
+    read_only_needs_a_cache,
+    refuse_moot,
+    whole_number,
+)
 from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import note
@@ -119,14 +129,18 @@ def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
             "base_image": BUILD_HELP["base_image"], "namespace": BUILD_HELP["namespace"],
             "check": "compare the committed rendered/ Dockerfiles with what the matrix renders now (exit 1 on drift)",
             "update": "rewrite rendered/ (what CI publishes and every default image) from the matrix"})
-def render(c, sel, sources, out=None, base_image=None, namespace=DEFAULT_NAMESPACE, check=False, update=False):
+def render(c, sel, sources, out=None, base_image=None, namespace=None, check=False, update=False):
     """Render the build context (Dockerfile and files) of every stage of the selection; or check/update the
     committed Dockerfiles."""
     if check or update:
+        run_body(refuse_moot, {"--out": out, "--base-image": base_image, "--namespace": namespace,
+                               **given_flags(sources)},
+                 "--check and --update compare or rewrite rendered/, which is rendered from the matrix alone with "
+                 "the defaults; leave it out")
         exit_with(run_body(committed_renderings, sel, print, update=update, check=check))
         return
     target = run_body(output_path, "--out", out, "build/contexts")
-    run_body(render_selection, sel, sources, target, print, namespace, base_image)
+    run_body(render_selection, sel, sources, target, print, namespace or DEFAULT_NAMESPACE, base_image)
 
 
 def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out,
@@ -221,12 +235,15 @@ def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAU
     """Build the selection's images on the local Docker engine (shared stages built once)."""
     from ascend_images.cli.options import env_flag
 
+    stage_cache = stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE")
+    run_body(read_only_needs_a_cache, stage_cache, stage_cache_read_only)
+    run_body(inputs.check)
     run_body(build_selection, sel, sources, inputs, print,
              work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
              base_image=base_image, force=force or no_cache, no_cache=no_cache, fetch=fetch,
-             jobs=run_body(whole_number, "--jobs", jobs, 1),
-             stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"),
+             jobs=run_body(whole_number, "--jobs", jobs, 1), stage_cache=stage_cache,
              stage_cache_read_only=stage_cache_read_only)
+
 
 
 def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
@@ -282,7 +299,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
 def os_image(c, os="debian12", arch="aarch64", mirror=None, matrix=None):
     """Make the OS base image locally with debootstrap (for hosts with no registry)."""
     run_body(make_os_image, project_path(matrix, "matrix.yaml"), os, arch, print, mirror,
-             run_body(output_path, "--work-dir", None, "build"))
+             run_body(output_path, "the project's build directory", None, "build"))
 
 
 def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: str | None = None,
@@ -305,12 +322,18 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
       help={"image": "test this existing image (repeatable)", "namespace": BUILD_HELP["namespace"],
             "work_dir": BUILD_HELP["work_dir"], "stage_cache": BUILD_HELP["stage_cache"]},
       iterable=["image"])
-def test(c, sel, sources, inputs, image=None, namespace=DEFAULT_NAMESPACE, work_dir=None, stage_cache=None):
+def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, stage_cache=None):
     """Build what is missing, then run the image test suite against each image of the selection."""
     from ascend_images.cli.options import env_flag
 
+    if image:  # the images are tested as they are: nothing is selected or built
+        run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--namespace": namespace,
+                               "--stage-cache": stage_cache, **given_flags(sources, inputs)},
+                 "--image names the images to test, so nothing is selected or built; leave one out")
+    run_body(inputs.check)
     results = run_body(run_image_tests, sel, sources, inputs, print, images=list(image or []),
-                       work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
+                       work_dir=run_body(output_path, "--work-dir", work_dir, "build"),
+                       namespace=namespace or DEFAULT_NAMESPACE,
                        stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"))
     exit_with(0 if all(r.ok for r in results) else 1)
 

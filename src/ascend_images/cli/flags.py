@@ -6,8 +6,8 @@ from __future__ import annotations
 # a promise: `-d` is --device wherever it is accepted, so a user never has to look a letter up per task. Docker's
 # habits win where our flags mean what Docker's do (`docker run -v -p -w -e`), which is why --verbose has no letter:
 # `-v` is --volume in `run`, and giving --verbose `-v` elsewhere would make one letter mean two things. `-h` is
-# help's; invoke's own core flags (-d debug, -e echo, -p pty, -w warn-only, -f config, -l list) still work before the
-# task name, and after it the task's letter wins, as invoke has always resolved them.
+# help's, anywhere on the line (cli.argv). invoke's own core flags for running shell commands (-d debug, -e echo,
+# -p pty, -w warn-only, -f config) are refused before the task name; after it the task's letter is the only meaning.
 SHORT_FLAGS: dict[str, str] = {
     # the selection, taken by most tasks
     "device": "d",

@@ -31,12 +31,13 @@ Out = Callable[[str], None]
 
 
 @task(groups=(SELECTION, SOURCES.without("cache_dir")),
-      help={"dest": "cache directory (default ~/.cache/ascend-images/downloads)",
+      help={"dest": "cache directory (default $XDG_CACHE_HOME/ascend-images/downloads, "
+                    "~/.cache/ascend-images/downloads)",
             "record": "pin every download PyPI does not carry that pins.yaml lacks, there (review the diff, commit)"})
 def fetch(c, sel, sources, dest=None, record=False):
     """Download every file the selection needs (CANN, kernel zips, tag archives, vendor wheels, BiSheng Python,
     sdists) into the cache, verified against pins.yaml; what it lacks is trusted on first use on this host."""
-    sources.cache_dir = dest
+    sources.cache_dir, sources.cache_flag = dest, "--dest"
     run_body(fetch_selection, sel, sources, print, record=record)
 
 
@@ -67,6 +68,13 @@ def lock(c, release=None, backend=None, arch=None, check=False, index_url=None, 
     if torch_index_url:
         run_body(checked_index_url, "--torch-index-url", torch_index_url)
     cache = run_body(output_path, "--work-dir", work_dir, "build") / "cache" / "sdists"
+    if check:  # checked above all the same: a wrong value is still wrong, and a note is not a refusal
+        moot = [flag for flag, value in (("--index-url", index_url), ("--torch-index-url", torch_index_url),
+                                         ("--extra-index-url", extra_index_url), ("--work-dir", work_dir),
+                                         ("--find-links", find_links)) if value]
+        if moot:
+            note(f"note: {', '.join(moot)} {'has' if len(moot) == 1 else 'have'} no effect with --check, which asks "
+                 "no index and resolves nothing: each lock is compared with matrix.yaml")
     exit_with(run_body(make_locks, Selection(matrix), flags, print, check=check, cache_dir=cache))
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
@@ -84,6 +84,33 @@ def whole_number(flag: str, value: str | int, minimum: int, maximum: int = 10_00
     return number
 
 
+def without_effect(flag: str, value: object, because: str) -> SelectionError:
+    """The refusal of a flag that would change nothing in the combination given (as Docker refuses --restart with
+    --rm): named as typed, with its value, and what it needs or why it is moot."""
+    shown_value = "" if value is True else f" {shown(str(value))}"
+    return SelectionError(f"{flag}{shown_value} has no effect here: {because}")
+
+
+def refuse_moot(given: dict[str, object], because: str) -> None:
+    """The first of these flags that was given (not None, False or an empty list) is refused: `because` says why
+    they all change nothing."""
+    for flag, value in given.items():
+        if value not in (None, False, []):
+            raise without_effect(flag, value[0] if isinstance(value, list) else value, because)
+
+
+def read_only_needs_a_cache(stage_cache: str | None, read_only: bool) -> None:
+    if read_only and not stage_cache:
+        raise without_effect("--stage-cache-read-only", True, "it says how the stage cache is used, and none is "
+                             "named; add --stage-cache REGISTRY/NAMESPACE (or set ASCEND_IMAGES_STAGE_CACHE)")
+
+
+def given_flags(*groups: object) -> dict[str, object]:
+    """The flags of option dataclasses (SourceFlags, InputFlags) by their command-line names."""
+    return {f"--{f.name.replace('_', '-')}": getattr(group, f.name) for group in groups for f in fields(group)
+            if f.metadata.get("flag", True)}
+
+
 @dataclass
 class Selection:
     """The selection flags every task takes."""
@@ -131,6 +158,8 @@ class SourceFlags:
     cache_dir: str | None = None  # what `invoke fetch` downloaded; default ~/.cache/ascend-images/downloads
     state_dir: str | None = None  # the trust record's directory; default $XDG_STATE_HOME/ascend-images
     wheel_store: str | None = None  # the host's wheel store; default ~/.cache/ascend-images/wheels
+    # how the task spells cache_dir on its command line (fetch: --dest); not a flag itself
+    cache_flag: str = field(default="--cache-dir", metadata={"flag": False})
 
     @property
     def cann_kind(self) -> str:
@@ -140,7 +169,7 @@ class SourceFlags:
         """Every path flag, checked before the first use of any (inside the task, so errors read as one line)."""
         for flag, value, kind in (("--checksums", self.checksums, "file"), ("--cann-dir", self.cann_dir, "dir"),
                                   ("--artifacts-dir", self.artifacts_dir, "dir"),
-                                  ("--dest", self.cache_dir, "dir-to-make"),
+                                  (self.cache_flag, self.cache_dir, "dir-to-make"),
                                   ("--state-dir", self.state_dir, "dir-to-make"),
                                   ("--wheel-store", self.wheel_store, "dir-to-make")):
             if value is not None:
@@ -193,6 +222,18 @@ class SourceFlags:
         return (credential,) if credential else ()
 
 
+def check_ca_bundle(value: str) -> None:
+    """--ca-bundle is PEM certificates, as OpenSSL loads a CA file (what pip, curl and apt are handed in the build):
+    a DER file, a key alone or any other file is refused here, not skipped deep inside an emulated build."""
+    import ssl
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=value)
+    except ssl.SSLError as exc:
+        raise SelectionError(f"--ca-bundle {shown(value)}: not PEM CA certificates ({exc.reason or exc}); give a file "
+                             "of -----BEGIN CERTIFICATE----- blocks, e.g. /etc/ssl/certs/ca-certificates.crt") from None
+
+
 def env_flag(name: str) -> str | None:
     value = os.environ.get(name)
     return value or None
@@ -209,11 +250,17 @@ class InputFlags:
     ca_bundle: str | None = None
     netrc: str | None = None
 
-    def inputs(self, index_credentials: tuple[Credential, ...] = ()) -> BuildInputs:
+    def check(self) -> None:
+        """The path flags, and the CA bundle read as TLS reads it, before anything is built."""
         for flag, value, kind in (("--wheelhouse", self.wheelhouse, "dir"), ("--ca-bundle", self.ca_bundle, "file"),
                                   ("--netrc", self.netrc, "file")):
             if value is not None:
                 checked_path(flag, value, kind)  # type: ignore[arg-type]
+        if self.ca_bundle is not None:
+            check_ca_bundle(self.ca_bundle)
+
+    def inputs(self, index_credentials: tuple[Credential, ...] = ()) -> BuildInputs:
+        self.check()
         # credentials are better kept off the command line: the environment is read too
         index = self.pip_index_url or env_flag("ASCEND_IMAGES_PIP_INDEX_URL") or ""
         extra = list(self.pip_extra_index_url)

@@ -81,41 +81,58 @@ SECTIONS: dict[str, Callable[[Matrix, Path], str]] = {"releases": releases, "loc
                                                       "flags": flags, "ci-costs": ci_costs}
 
 
-def regenerate(text: str, matrix: Matrix, root: Path) -> str:
+def regenerate(text: str, sections: dict[str, Callable[[], str]], document: str = "README") -> str:
+    """The text with every generated section made anew; a marker no generator knows, or a section missing, is an
+    error naming the document."""
     found = {m["name"] for m in SECTION.finditer(text)}
-    if unknown := found - set(SECTIONS):
-        raise AscendImagesError(f"README has markers no generator knows: {', '.join(sorted(unknown))}; "
-                                f"known: {', '.join(SECTIONS)}")
-    if missing := set(SECTIONS) - found:
-        raise AscendImagesError(f"README lacks the generated sections {', '.join(sorted(missing))}: add "
+    if unknown := found - set(sections):
+        raise AscendImagesError(f"{document} has markers no generator knows: {', '.join(sorted(unknown))}; "
+                                f"known: {', '.join(sections)}")
+    if missing := set(sections) - found:
+        raise AscendImagesError(f"{document} lacks the generated sections {', '.join(sorted(missing))}: add "
                                 f"'<!-- generated:NAME -->' and '<!-- /generated:NAME -->' lines where each goes")
-    return SECTION.sub(lambda m: f"{m[1]}{SECTIONS[m['name']](matrix, root)}\n{m[4]}", text)
+    return SECTION.sub(lambda m: f"{m[1]}{sections[m['name']]()}\n{m[4]}", text)
 
 
-@task(name="readme", help={"check": "only compare: print the difference and exit 1 when README says otherwise than "
-                                    "the tree",
+@task(name="readme", help={"check": "only compare: print the difference and exit 1 when README or docs/cli.md says "
+                                    "otherwise than the tree",
                            "readme": "the README to regenerate (default: the project's README.md)",
+                           "cli_doc": "the command-line reference to regenerate (default: the project's docs/cli.md)",
                            "matrix": MATRIX_HELP})
-def readme_task(c, check=False, readme=None, matrix=None):
-    """Regenerate README's generated sections (releases, locks, rendered/, short flags) from the matrix and the
-    tree."""
+def readme_task(c, check=False, readme=None, cli_doc=None, matrix=None):
+    """Regenerate README's generated sections (releases, locks, rendered/, short flags) and docs/cli.md (tasks, flags,
+    exit codes) from the matrix, the tree and the command line itself."""
+    from ascend_images.cli import clidoc
     from ascend_images.cli.options import checked_path
 
     path = run_body(checked_path, "--readme", project_path(readme, "README.md"), "file")
-    exit_with(run_body(write_readme, Selection(matrix), print, path, check=check))
+    reference = run_body(checked_path, "--cli-doc", project_path(cli_doc, clidoc.PATH), "file")
+    sel = Selection(matrix)
+    codes = [run_body(write_readme, sel, print, path, check=check),
+             run_body(write_document, reference, clidoc.SECTIONS, print, check=check, what="the command line",
+                      document=clidoc.PATH)]
+    exit_with(max(codes))
 
 
 def write_readme(sel: Selection, out: Out, path: Path, root: Path = PROJECT_ROOT, check: bool = False) -> int:
     """Rewrite README's generated sections, or (check) say how they differ from the tree and fail."""
+    matrix = sel.load()
+    sections = {name: (lambda make=make: make(matrix, root)) for name, make in SECTIONS.items()}
+    return write_document(path, sections, out, check=check, what="the matrix and the tree")
+
+
+def write_document(path: Path, sections: dict[str, Callable[[], str]], out: Out, *, check: bool = False,
+                   what: str = "the tree", document: str = "README") -> int:
+    """Rewrite a document's generated sections, or (check) say how they differ from `what` and fail."""
     text = path.read_text(encoding="utf-8")
-    new = regenerate(text, sel.load(), root)
+    new = regenerate(text, sections, document)
     if new == text:
         out(f"{path}: generated sections up to date")
         return 0
     if check:
         out("".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), str(path),
                                          f"{path} (from the tree)")))
-        out(f"{path}: generated sections differ from the matrix and the tree; run: invoke readme")
+        out(f"{path}: generated sections differ from {what}; run: invoke readme")
         return 1
     path.write_text(new, encoding="utf-8")
     out(f"{path}: generated sections rewritten")

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
-from ascend_images.cli.options import RunFlags, Selection, SourceFlags, whole_number
+from ascend_images.cli.options import RunFlags, Selection, SourceFlags, whole_number, without_effect
 from ascend_images.cli.taskdef import SELECTION, exit_with, run_body, task
 from ascend_images.console import note
 from ascend_images.errors import SelectionError
@@ -23,7 +23,7 @@ Out = Callable[[str], None]
 
 
 @task(groups=(SELECTION,),
-      help={"image": "run this image instead of the selection's",
+      help={"image": "run this image instead of the selection's (a reference Docker accepts)",
             "devices": "NPU numbers on the host, e.g. 0-3,6 (default 0)",
             "mode": "manual (--device and driver mounts) or runtime (Ascend Docker Runtime, ASCEND_VISIBLE_DEVICES)",
             "host_root": "look host devices and driver files up under this directory (default /)",
@@ -33,7 +33,8 @@ Out = Callable[[str], None]
             "network_host": "--network host (multi-node, serving)",
             "name": "container name (as Docker accepts it: [a-zA-Z0-9][a-zA-Z0-9_.-]*)",
             "volume": "HOST:CONTAINER[:ro|rw], as docker run -v (repeatable; the host path must exist)",
-            "publish": "[IP:]HOST:CONTAINER[/tcp|/udp], as docker run -p (repeatable)",
+            "publish": "CONTAINER, HOST:CONTAINER, IP:HOST:CONTAINER or IP::CONTAINER, ports or equal ranges "
+                       "(8000-8010:8000-8010), /tcp, /udp or /sctp, as docker run -p (repeatable)",
             "detach": "start in the background and return (the container stays; docker's -d)",
             "restart": "no | on-failure[:N] | always | unless-stopped, as docker run --restart (needs --detach)",
             "workdir": "working directory in the container (absolute), as docker run --workdir",
@@ -45,18 +46,46 @@ Out = Callable[[str], None]
                      "the image below (which must be) instead of refusing",
             "namespace": "the namespace the selection's images were built under (default ascend-images)"},
       iterable=["volume", "publish"])
-def run(c, sel, image=None, devices="0", mode="manual", host_root="/", driver_mounts="auto", shm_size="16g",
+def run(c, sel, image=None, devices="0", mode="manual", host_root=None, driver_mounts=None, shm_size="16g",
         ipc_host=False, network_host=False, name=None, print=False, volume=None, publish=None, detach=False,
-        restart=None, workdir=None, format="docker,compose", replicas="0", build=False, namespace=DEFAULT_NAMESPACE):
+        restart=None, workdir=None, format=None, replicas=None, build=False, namespace=None):
     """Run an image with Ascend device passthrough, checking the host first; command after `--`."""
     from builtins import print as echo
 
-    flags = RunFlags(devices, mode, host_root, driver_mounts, shm_size, ipc_host, network_host, name,
+    run_body(refuse_without_effect, sel, image=image, print_only=print, mode=mode,
+             given={"--format": format, "--replicas": replicas, "--namespace": namespace,
+                    "--driver-mounts": driver_mounts, "--host-root": host_root})
+    flags = RunFlags(devices, mode, host_root or "/", driver_mounts or "auto", shm_size, ipc_host, network_host, name,
                      volumes=list(volume or []), publish=list(publish or []), detach=detach, restart=restart,
-                     workdir=workdir, format=format, replicas=run_body(whole_number, "--replicas", replicas, 0),
-                     build=build)
+                     workdir=workdir, format=format or RunFlags.format,
+                     replicas=run_body(whole_number, "--replicas", replicas or "0", 0), build=build)
     exit_with(run_body(run_image, sel, flags, echo, image=image, command=command_after_dashes(c.remainder),
-                       print_only=print, namespace=namespace))
+                       print_only=print, namespace=namespace or DEFAULT_NAMESPACE))
+
+
+def refuse_without_effect(sel: Selection, *, image: str | None, print_only: bool, mode: str,
+                          given: dict[str, str | None]) -> None:
+    """The run flags that would change nothing with the others given (None: not given) are refused."""
+    fmt, replicas = given["--format"], given["--replicas"]
+    if fmt is not None and not print_only:
+        raise without_effect("--format", fmt, "it says what --print prints; add --print")
+    if replicas is not None and "k8s" not in (fmt or RunFlags.format).split(","):
+        raise without_effect("--replicas", replicas, "it makes the Kubernetes form a Deployment; add --print "
+                                                     "--format k8s")
+    if image is not None:
+        if given["--namespace"] is not None:
+            raise without_effect("--namespace", given["--namespace"], "it says where the selection's images were "
+                                 "built, and --image names the image to run; leave one out")
+        moot = [name for name in sel.narrows() if name not in ("device", "env")]
+        if moot:
+            raise without_effect(f"--{moot[0]}", getattr(sel, moot[0]), "it narrows the selection, and --image "
+                                 "names the image to run (--device still says which device it is for, --env adds "
+                                 "to its environment); leave one out")
+    if mode == "runtime":
+        for flag in ("--driver-mounts", "--host-root"):
+            if given[flag] is not None:
+                raise without_effect(flag, given[flag], "the Ascend Docker Runtime (--mode runtime) passes the "
+                                     "devices and mounts the driver itself; leave it out, or use --mode manual")
 
 
 def command_after_dashes(remainder: str) -> list[str]:
@@ -74,6 +103,7 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     from ascend_images.builder.engine import connect, image_exists
     from ascend_images.runtime.compose import compose_service
     from ascend_images.runtime.k8s import k8s_yaml
+    from ascend_images.runtime.reference import parse_reference
     from ascend_images.runtime.run import (
         RunError,
         RunSpec,
@@ -109,6 +139,8 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     if image is not None and not image.strip():
         raise RunError("--image is empty: give an image reference (e.g. ascend/sglang:tag), or leave --image out "
                        "to run the selection's image")
+    if image is not None:
+        parse_reference("--image", image)
     requested = framework = overlay_of = None
     if image is None:
         variants = sel.variants(matrix)

@@ -5,13 +5,16 @@ A task body that selects takes the selection as one argument (`def env(c, sel, j
 `--backend`, ...) are added to the task's signature here, so a new selection flag is one line of SELECTION and a field
 of options.Selection. The source and input flags of the tasks that build travel the same way (SOURCES, INPUTS).
 
-Exit codes, the same in `ascend-images` and `invoke`: 0 done; 1 the task ran and found something (lint findings,
-drift, failed image tests, verify findings); 2 the command was refused (a usage error: an unknown task or flag, a
-missing argument; or a value error: a flag's value, a file, the matrix); 130 interrupted.
+Exit codes, the same in `ascend-images` and `invoke`, one meaning each (EXIT_CODES): 0 done; 1 the task ran and found
+something (lint findings, drift, a stale lock, failed image tests, verify findings, a stage that failed to build); 2
+the command line is wrong (an unknown task or flag, a missing value or argument, a value, file or matrix refused);
+3 an engine, index or registry could not be reached or refused (the same line may work later); 130 interrupted.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from inspect import Parameter
@@ -25,9 +28,21 @@ from ascend_images.cli.flags import short_flag
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 from ascend_images.errors import AscendImagesError
 
-USAGE_ERROR = VALUE_ERROR = 2
+OK = 0
 FOUND_PROBLEMS = 1
+USAGE_ERROR = VALUE_ERROR = 2  # a value a flag names, or a file it names, is part of the command line
+UNREACHABLE = 3
 INTERRUPTED = 130
+EXIT_CODES = {
+    OK: "done",
+    FOUND_PROBLEMS: "the task ran and found something: lint findings, drift, a stale lock, failed image tests, "
+                    "verify findings, a stage that failed to build",
+    USAGE_ERROR: "the command line is wrong: an unknown task or flag, a missing value or argument, a value, file or "
+                 "matrix refused (one line on stderr naming the flag and the value; nothing written)",
+    UNREACHABLE: "an engine, index or registry could not be reached or refused (try again later, or point to "
+                 "another: DOCKER_HOST, --index-url, --registry)",
+    INTERRUPTED: "interrupted (Ctrl-C): one line on stderr; what was finished is kept whole, nothing half-written",
+}
 
 
 @dataclass(frozen=True)
@@ -70,10 +85,12 @@ SOURCES = FlagGroup("sources", SourceFlags, {
     "checksums": "sha256sum-style file for downloads the matrix has no checksum for",
     "artifacts_dir": "directory of other downloads (SGLang sources, sgl-kernel-npu zips, BiSheng Python)",
     "torch_index_url": "extra pip index for torch ('' for none); default per arch from the matrix",
-    "cache_dir": "download cache filled by `invoke fetch` (default ~/.cache/ascend-images/downloads)",
+    "cache_dir": "download cache filled by `invoke fetch` (default $XDG_CACHE_HOME/ascend-images/downloads, "
+                 "~/.cache/ascend-images/downloads)",
     "state_dir": "where this host's trust record is kept (default $XDG_STATE_HOME/ascend-images, "
                  "~/.local/state/ascend-images)",
-    "wheel_store": "the host's wheel store, every locked file by its sha256 (default ~/.cache/ascend-images/wheels)",
+    "wheel_store": "the host's wheel store, every locked file by its sha256 (default "
+                   "$XDG_CACHE_HOME/ascend-images/wheels, ~/.cache/ascend-images/wheels)",
 })
 # How a build reaches indexes and mirrors, and what it must keep out of its layers.
 INPUTS = FlagGroup("inputs", InputFlags, {
@@ -104,6 +121,8 @@ class ProjectTask(Task):
         kwargs["help"] = {**VOICE_HELP, **group_help, **(kwargs.get("help") or {})}
         kwargs["iterable"] = [*(n for g in groups for n in g.iterable if n in g.flags), *(kwargs.get("iterable") or [])]
         super().__init__(body, **kwargs)
+        # `--list` shows a docstring's first line: the first sentence is made that line, so none is cut mid-sentence
+        self.__doc__ = one_line_first(self.__doc__ or "")
 
     def argspec(self, body: Callable[..., Any]):
         sig = super().argspec(body)
@@ -116,6 +135,15 @@ class ProjectTask(Task):
         params += [Parameter(name, Parameter.KEYWORD_ONLY, default=False) for name in VOICE_HELP
                    if name not in sig.parameters]
         return sig.replace(parameters=params)
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        # invoke pops each flag's help out of the task as it reads it, so a second parser of the same tasks (the
+        # strict reading's, then invoke's own; docs/cli.md's generator) would get none
+        kept = dict(self.help)
+        try:
+            return super().get_arguments(ignore_unknown_help)
+        finally:
+            self.help = kept
 
     def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
@@ -131,7 +159,27 @@ class ProjectTask(Task):
                 if name in values:
                     values[name] = list(values[name] or [])
             kwargs[group.param] = group.make(**values)
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except KeyboardInterrupt:  # invoke would exit 1 without a word
+            console.stop_live()
+            raise Exit(f"interrupted: {self.name} stopped by Ctrl-C; what it had finished is kept whole, nothing "
+                       "half-written is left", code=INTERRUPTED) from None
+
+
+def summary(doc: str) -> str:
+    """A docstring's first sentence on one line: its first paragraph up to the first full stop that ends a sentence."""
+    first = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z`])", first, maxsplit=1)[0]
+
+
+def one_line_first(doc: str) -> str:
+    """The docstring with its first sentence joined on the first line (the rest as written)."""
+    text = inspect.cleandoc(doc)
+    line = summary(text)
+    paragraph, _, rest = text.partition("\n\n")
+    remainder = " ".join(paragraph.split())[len(line):].strip()
+    return "\n\n".join(part for part in (line, remainder, rest) if part)
 
 
 def task(*args: Any, **kwargs: Any) -> Any:
@@ -146,16 +194,22 @@ def run_body(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     import requests
 
     from ascend_images.builder.engine import explain
-    from ascend_images.errors import Interrupted
+    from ascend_images.errors import BuildError, Interrupted, Unreachable
 
     try:
         return fn(*args, **kwargs)
     except Interrupted as exc:
         raise Exit(f"interrupted: {exc}", code=INTERRUPTED) from None
+    except Unreachable as exc:
+        raise Exit(f"error: {exc}", code=UNREACHABLE) from None
+    except BuildError as exc:  # the task ran, and a stage did not build: what it found, not the command line's fault
+        raise Exit(f"error: {exc}", code=FOUND_PROBLEMS) from None
     except AscendImagesError as exc:
-        raise Exit(f"error: {exc}", code=VALUE_ERROR) from None
+        raise Exit(f"error: {exc}", code=USAGE_ERROR) from None
+    except docker.errors.NotFound as exc:  # an image or container the command line named is not there
+        raise Exit(f"error: {explain(exc)}", code=USAGE_ERROR) from None
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise Exit(f"error: {explain(exc)}", code=VALUE_ERROR) from None
+        raise Exit(f"error: {explain(exc)}", code=UNREACHABLE) from None
     except BrokenPipeError:  # the reader of stdout has gone (`| head`): the program ends quietly
         raise
     except OSError as exc:  # a file error no flag check foresaw (a directory not writable, a disk full) is one line

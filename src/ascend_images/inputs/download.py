@@ -13,10 +13,10 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from ascend_images.console import progress_stream
-from ascend_images.errors import AscendImagesError
+from ascend_images.console import draws_live, end_live, live, progress_stream
+from ascend_images.errors import AscendImagesError, Unreachable
 from ascend_images.inputs.https import urlopen
 
 PARTIAL_DIR = ".partial"
@@ -28,6 +28,10 @@ class DownloadError(AscendImagesError):
     """A download failed for good (after its retries), or its content is not what was expected."""
 
 
+class DownloadUnreachable(DownloadError, Unreachable):
+    """The server did not answer, or kept failing, through every attempt."""
+
+
 @dataclass(frozen=True)
 class Request:
     url: str
@@ -37,10 +41,14 @@ class Request:
 
 
 def host_cache(name: str, override_env: str | None = None) -> Path:
-    """One of this host's caches of ours: $`override_env` when set, else ~/.cache/ascend-images/`name` (downloads,
-    the wheel store, built wheels, the tests' records)."""
+    """One of this host's caches of ours: $`override_env` when set, else $XDG_CACHE_HOME/ascend-images/`name`, else
+    ~/.cache/ascend-images/`name` (XDG's default; a relative XDG_CACHE_HOME is ignored, as the spec says): downloads,
+    the wheel store, built wheels, lint's records, the tests' doubles and registries."""
     override = os.environ.get(override_env) if override_env else None
-    return Path(override) if override else Path.home() / ".cache" / "ascend-images" / name
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "ascend-images" / name
 
 
 def with_login(url: str, credentials: tuple[tuple[str, str, str], ...]) -> str:
@@ -78,17 +86,26 @@ class Policy:
 
 
 class Progress:
-    """A bar redrawn in place on a terminal; plain lines (every 10% or 15 s) anywhere else."""
+    """A download's progress: on a terminal (console.draws_live) a bar drawn by rich, like every live line of ours;
+    anywhere else plain lines (every 10% or 15 s), no terminal codes; nothing with --quiet."""
 
     def __init__(self, name: str, stream: TextIO | None = None):
         self.stream = stream or progress_stream()  # nothing drawn with --quiet
-        self.tty = self.stream.isatty()
         self.name = name
         self.started = time.monotonic()
         self.last_line = 0.0
         self.last_decile = -1
+        self.bar: Any = None
+        if draws_live(self.stream):
+            from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+            self.bar = live(self.stream, TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                            TransferSpeedColumn(), TimeRemainingColumn(), label=name)
 
     def update(self, done: int, total: int | None, resumed_from: int = 0) -> None:
+        if self.bar is not None:
+            self.bar.update(self.bar.task_ids[0], completed=done, total=total)
+            return
         elapsed = max(time.monotonic() - self.started, 1e-6)
         rate = (done - resumed_from) / elapsed
         if total:
@@ -98,19 +115,16 @@ class Progress:
             decile = int(10 * done / total)
         else:
             text, decile = f"{self.name}: {_size(done)} {_size(rate)}/s", -1
-        if self.tty:
-            width = 24
-            filled = int(width * done / total) if total else 0
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}\x1b[K")
-            self.stream.flush()
-        elif decile > self.last_decile or time.monotonic() - self.last_line > 15:
+        if decile > self.last_decile or time.monotonic() - self.last_line > 15:
             self.last_decile, self.last_line = decile, time.monotonic()
             self.stream.write(text + "\n")
             self.stream.flush()
 
-    def finish(self, message: str) -> None:
-        self.stream.write(("\r" if self.tty else "") + message + ("\x1b[K\n" if self.tty else "\n"))
-        self.stream.flush()
+    def close(self) -> None:
+        """Take the bar away (the step's plain line says how the file ended)."""
+        if self.bar is not None:
+            end_live(self.bar)
+            self.bar = None
 
 
 def _size(n: float) -> str:
@@ -195,17 +209,20 @@ def fetch_file(req: Request, cache: Path, *, policy: Policy | None = None, strea
     partial = partial_dir / (req.file + ".part")
     progress = Progress(req.file, stream)
     delay = policy.backoff
-    for attempt in range(1, policy.attempts + 1):
-        try:
-            _attempt(req, partial, policy, progress)
-            break
-        except _Transient as exc:
-            if attempt == policy.attempts:
-                raise DownloadError(f"{req.url}: gave up after {attempt} attempts: {exc} "
-                                    f"(the partial download is kept in {partial} and resumed next time)") from None
-            log(f"{req.file}: attempt {attempt} failed ({exc}); retrying in {delay:.1f}s")
-            time.sleep(delay)
-            delay *= 2
+    try:
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                _attempt(req, partial, policy, progress)
+                break
+            except _Transient as exc:
+                if attempt == policy.attempts:
+                    raise DownloadUnreachable(f"{req.url}: gave up after {attempt} attempts: {exc} (the partial "
+                                              f"download is kept in {partial} and resumed next time)") from None
+                log(f"{req.file}: attempt {attempt} failed ({exc}); retrying in {delay:.1f}s")
+                time.sleep(delay)
+                delay *= 2
+    finally:
+        progress.close()
     got = sha256_file(partial)
     if req.sha256 and got != req.sha256.lower():
         partial.unlink()

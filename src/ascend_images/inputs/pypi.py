@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from ascend_images.errors import AscendImagesError
+from ascend_images.errors import AscendImagesError, Unreachable
 from ascend_images.inputs.download import (
     DownloadError,
     Policy,
@@ -37,7 +37,7 @@ class PackageIndexError(AscendImagesError):
     """The index does not answer, or does not have what was asked for."""
 
 
-class IndexUnreachableError(PackageIndexError):
+class IndexUnreachableError(PackageIndexError, Unreachable):
     """No answer from the index's host at all, as opposed to an answer that the project is not there."""
 
 

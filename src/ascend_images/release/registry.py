@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ascend_images.errors import AscendImagesError
+from ascend_images.errors import AscendImagesError, Unreachable
 from ascend_images.inputs.https import urlopen
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -35,6 +35,10 @@ class RegistryError(AscendImagesError):
         super().__init__(message)
         self.status = status
         self.transient = transient
+
+
+class RegistryUnreachable(RegistryError, Unreachable):
+    """The registry did not answer or kept failing through every retry, or refused the credentials."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,8 @@ def retry(what: str, action: Callable[[], Any], sleep: Callable[[float], None] =
         except Exception as exc:
             if not is_transient(exc) or delay is None:
                 if is_transient(exc):
-                    raise RegistryError(f"{what}: still failing after {attempt} attempts: {exc}",
-                                        transient=True) from None
+                    raise RegistryUnreachable(f"{what}: still failing after {attempt} attempts: {exc}",
+                                              transient=True) from None
                 raise
             sleep(delay)
     raise AssertionError("unreachable")
@@ -113,9 +117,9 @@ class RegistryClient:
             if exc.code == 401:
                 said = ("refused the credentials given" if self.auth else
                         "asks for credentials and none are configured")
-                raise RegistryError(f"{self.host} {said} ({method} {url}): log in with `docker login {self.host}` "
-                                    "or set ASCEND_IMAGES_REGISTRY_USER and ASCEND_IMAGES_REGISTRY_PASSWORD",
-                                    401) from None
+                raise RegistryUnreachable(f"{self.host} {said} ({method} {url}): log in with `docker login "
+                                          f"{self.host}` or set ASCEND_IMAGES_REGISTRY_USER and "
+                                          "ASCEND_IMAGES_REGISTRY_PASSWORD", 401) from None
             raise RegistryError(f"{method} {url}: HTTP {exc.code} {body.strip()}", exc.code,
                                 transient=exc.code >= 500 or exc.code == 429) from None
 

@@ -99,7 +99,7 @@ def pod_spec(spec: RunSpec, resource: str, *, deployment: bool = False) -> dict[
     if spec.workdir:
         container["workingDir"] = spec.workdir
     container["env"] = env
-    ports = list(dict.fromkeys((p.container_port, p.protocol) for p in spec.ports))
+    ports = list(dict.fromkeys((c, p.protocol) for p in spec.ports for c, _ in p.mappings()))
     if ports:
         container["ports"] = [{"containerPort": port, "protocol": proto.upper()} for port, proto in ports]
     container["resources"] = {"limits": {resource: count}, "requests": {resource: count}}

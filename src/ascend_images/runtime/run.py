@@ -55,17 +55,31 @@ class Volume:
 
 @dataclass(frozen=True)
 class Port:
-    """`--publish [IP:]HOST:CONTAINER[/tcp|/udp]`."""
+    """`--publish`, in docker run -p's forms: CONTAINER, HOST:CONTAINER, IP:HOST:CONTAINER or IP::CONTAINER, each port
+    one or a range of `count` consecutive ones (8000-8010:8000-8010), /tcp, /udp or /sctp."""
 
-    host_port: int
-    container_port: int
-    protocol: Literal["tcp", "udp"] = "tcp"
+    host_port: int | None  # the first; None: Docker picks free ones
+    container_port: int  # the first
+    protocol: Literal["tcp", "udp", "sctp"] = "tcp"
     host_ip: str = ""
+    count: int = 1
+
+    def mappings(self) -> list[tuple[int, int | None]]:
+        """(container port, host port or None), one per port of the range."""
+        return [(self.container_port + i, None if self.host_port is None else self.host_port + i)
+                for i in range(self.count)]
 
     def publish(self) -> str:
+        """Docker's own spelling, for -p and compose."""
+        def ports(first: int) -> str:
+            return f"{first}-{first + self.count - 1}" if self.count > 1 else str(first)
+
         ip = f"[{self.host_ip}]" if ":" in self.host_ip else self.host_ip
-        proto = "/udp" if self.protocol == "udp" else ""  # tcp is Docker's default
-        return f"{ip + ':' if ip else ''}{self.host_port}:{self.container_port}{proto}"
+        host = "" if self.host_port is None else ports(self.host_port)
+        proto = "" if self.protocol == "tcp" else f"/{self.protocol}"  # tcp is Docker's default
+        if not ip and not host:
+            return f"{ports(self.container_port)}{proto}"
+        return f"{ip + ':' if ip else ''}{host}:{ports(self.container_port)}{proto}"
 
 
 RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
@@ -83,29 +97,69 @@ def parse_volume(text: str) -> Volume:
         raise RunError(f"--volume {text!r}: mode {mode!r}: only ro (read-only) or rw")
     if not container.startswith("/"):
         raise RunError(f"--volume {text!r}: the container path {container!r} must be absolute")
+    target = container.rstrip("/") or "/"
+    if target == "/":  # Docker: "invalid mount config: destination can't be '/'"
+        raise RunError(f"--volume {text!r}: the container path cannot be / (Docker refuses a mount over the root); "
+                       "give a directory such as /data")
+    if ".." in target.split("/"):  # Docker would clean it to another path; Kubernetes refuses a mountPath with '..'
+        raise RunError(f"--volume {text!r}: the container path {container!r} holds '..'; give the path it means")
     if "/" not in host and not host.startswith((".", "~")):
         raise RunError(f"--volume {text!r}: {host!r} is not a path (named volumes are not supported; "
                        f"./{host} for a directory here)")
-    return Volume(os.path.abspath(os.path.expanduser(host)), container.rstrip("/") or "/", mode == "ro")
+    return Volume(os.path.abspath(os.path.expanduser(host)), target, mode == "ro")
+
+
+PUBLISH_FORMS = ("CONTAINER, HOST:CONTAINER, IP:HOST:CONTAINER or IP::CONTAINER (docker run -p's forms), each port "
+                 "1-65535 or a range of them (8000-8010:8000-8010), then /tcp, /udp or /sctp; an IPv6 address in "
+                 "brackets ([::1]:8000:8000)")
+
+
+def _port_range(text: str, what: str, whole: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+    if not match:
+        raise RunError(f"--publish {whole!r}: {what} {text!r} is not a port or a range; give {PUBLISH_FORMS}")
+    first, last = int(match[1]), int(match[2] or match[1])
+    for port in (first, last):
+        if not 1 <= port <= 65535:
+            raise RunError(f"--publish {whole!r}: port {port} is outside 1-65535")
+    if last < first:
+        raise RunError(f"--publish {whole!r}: the range {text} goes backwards")
+    return first, last
 
 
 def parse_publish(text: str) -> Port:
-    """[IP:]HOST:CONTAINER[/tcp|/udp], as docker run -p takes it ([::1]:8000:8000 for IPv6)."""
-    match = re.fullmatch(r"(?:(\[[0-9a-fA-F:.]+\]|[0-9.]+):)?(\d+):(\d+)(?:/(tcp|udp))?", text)
-    if not match:
-        raise RunError(f"--publish {text!r}: give [IP:]HOST_PORT:CONTAINER_PORT[/tcp|/udp] "
-                       "(e.g. 127.0.0.1:8000:8000)")
-    ip, host, container, proto = match.groups()
-    for port in (host, container):
-        if not 1 <= int(port) <= 65535:
-            raise RunError(f"--publish {text!r}: port {port} is outside 1-65535")
-    ip = (ip or "").strip("[]")
+    """docker run -p's forms (PUBLISH_FORMS), split as Docker's nat.ParsePortSpec splits them: the last part is the
+    container's, the one before it the host's, the rest the address."""
+    body, _, protocol = text.rpartition("/") if "/" in text else (text, "", "tcp")
+    if protocol not in ("tcp", "udp", "sctp"):
+        raise RunError(f"--publish {text!r}: protocol {protocol!r}: tcp, udp or sctp")
+    parts = body.split(":")
+    container_text = parts[-1]
+    host_text = parts[-2] if len(parts) >= 2 else ""
+    ip = ":".join(parts[:-2]) if len(parts) >= 3 else ""
+    if len(parts) >= 3 and not ip:
+        raise RunError(f"--publish {text!r}: the address before {host_text or ':'} is empty; give {PUBLISH_FORMS}")
+    if ip.startswith("["):
+        if not ip.endswith("]"):
+            raise RunError(f"--publish {text!r}: {ip!r} opens a bracket it does not close")
+        ip = ip[1:-1]
     if ip:
         try:
             ipaddress.ip_address(ip)
         except ValueError:
             raise RunError(f"--publish {text!r}: {ip!r} is not an IP address") from None
-    return Port(int(host), int(container), proto or "tcp", ip)  # type: ignore[arg-type]
+    container = _port_range(container_text, "the container port", text)
+    count = container[1] - container[0] + 1
+    host = None
+    if host_text:
+        host = _port_range(host_text, "the host port", text)
+        if host[1] - host[0] + 1 != count:
+            which = ("a host port range for one container port (Docker would pick one of them) is refused: give "
+                     "one host port" if count == 1 else "the host and container ranges differ in length")
+            raise RunError(f"--publish {text!r}: {which}")
+    elif len(parts) == 2:  # ":80": a host side named empty without an address
+        raise RunError(f"--publish {text!r}: the host port is empty; give {PUBLISH_FORMS}")
+    return Port(host[0] if host else None, container[0], protocol, ip, count)  # type: ignore[arg-type]
 
 
 def parse_restart(text: str) -> str:
@@ -123,14 +177,20 @@ def restart_policy(text: str) -> dict[str, Any]:
 
 
 SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+INT64_MAX = 2**63 - 1
 
 
 def shm_bytes(text: str) -> int:
-    """Docker's --shm-size (binary units, as its RAMInBytes reads them: 64m, 16g, 1.5g, 16GiB)."""
+    """Docker's --shm-size (binary units, as its RAMInBytes reads them: 64m, 16g, 1.5g, 16GiB). 0 is refused: Docker
+    reads it as its default (64m), Kubernetes as a limit of nothing."""
     match = re.fullmatch(r"(\d+(?:\.\d+)?) ?([kKmMgGtTpP])?[iI]?[bB]?", text)
     if not match:
         raise RunError(f"--shm-size {text!r}: give a size such as 64m or 16g")
-    return int(float(match[1]) * SHM_UNITS[(match[2] or "").lower()])
+    size = int(float(match[1]) * SHM_UNITS[(match[2] or "").lower()])
+    if not 0 < size <= INT64_MAX:
+        raise RunError(f"--shm-size {text!r}: give a size above 0 and below 8 EiB, such as 64m or 16g (Docker reads "
+                       "0 as its default 64m)")
+    return size
 
 
 def parse_devices(text: str) -> list[int]:
@@ -253,10 +313,16 @@ def check_spec(spec: RunSpec) -> list[str]:
         if volume.container in taken:
             raise RunError(f"--volume {volume.bind()}: {volume.container} is already {taken[volume.container]}")
         taken[volume.container] = f"the target of --volume {volume.bind()}"
-    bindings = [(p.host_ip, p.host_port, p.protocol) for p in spec.ports]
+    bound: dict[tuple[str, int, str], Port] = {}
     for port in spec.ports:
-        if bindings.count((port.host_ip, port.host_port, port.protocol)) > 1:
-            raise RunError(f"--publish {port.publish()}: host port {port.host_port}/{port.protocol} given twice")
+        for _, host_port in port.mappings():
+            if host_port is None:
+                continue
+            key = (port.host_ip, host_port, port.protocol)
+            if key in bound:
+                raise RunError(f"--publish {port.publish()}: host port {host_port}/{port.protocol} given twice "
+                               f"(also by --publish {bound[key].publish()})")
+            bound[key] = port
     if spec.ports and spec.network_host:
         warnings.append("--publish with --network-host: the container already uses the host's ports; Docker "
                         "ignores the published ones")
@@ -319,7 +385,8 @@ def docker_kwargs(spec: RunSpec) -> dict[str, Any]:
         "image": spec.image,
         "command": list(spec.command) or None,
         "environment": spec.environment(),
-        "shm_size": spec.shm_size,
+        # bytes: docker-py reads k, m and g only (16GiB or 1t would fail there, while the docker line takes them)
+        "shm_size": shm_bytes(spec.shm_size),
         "name": spec.name,
     }
     if spec.mode == "runtime":
@@ -331,8 +398,9 @@ def docker_kwargs(spec: RunSpec) -> dict[str, Any]:
     if spec.ports:
         ports: dict[str, list[Any]] = {}
         for p in spec.ports:
-            ports.setdefault(f"{p.container_port}/{p.protocol}", []).append(
-                (p.host_ip, p.host_port) if p.host_ip else p.host_port)
+            for container_port, host_port in p.mappings():  # None: a free port Docker picks
+                ports.setdefault(f"{container_port}/{p.protocol}", []).append(
+                    (p.host_ip, host_port) if p.host_ip else host_port)
         kwargs["ports"] = ports
     if spec.restart:
         kwargs["restart_policy"] = restart_policy(spec.restart)
@@ -351,7 +419,7 @@ def docker_run_line(spec: RunSpec) -> str:
         parts += ["--name", spec.name]
     if spec.restart:
         parts += ["--restart", spec.restart]
-    parts += [f"--shm-size={spec.shm_size}"]
+    parts += ["--shm-size", spec.shm_size]
     if spec.ipc_host:
         parts += ["--ipc=host"]
     if spec.network_host:
@@ -383,7 +451,7 @@ def _group(parts: list[str]) -> list[str]:
         i += 1
     lines.append(" ".join(head))
     while i < len(parts):
-        if parts[i] in ("--device", "-v", "-p", "-e", "--name", "--restart", "--workdir"):
+        if parts[i] in ("--device", "-v", "-p", "-e", "--name", "--restart", "--workdir", "--shm-size"):
             lines.append(f"{parts[i]} {shlex.quote(parts[i + 1])}")
             i += 2
         elif parts[i].startswith("-"):
@@ -418,6 +486,6 @@ def run_container(client: Any, spec: RunSpec, out: Any) -> int:
             return int(container.wait()["StatusCode"])
         except KeyboardInterrupt:
             container.stop(timeout=10)
-            return 130
+            raise  # the task's wrapper says so in one line and exits 130 (a container's own 130 stays its own)
     finally:
         container.remove(force=True)
