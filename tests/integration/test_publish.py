@@ -209,3 +209,39 @@ def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_bu
         assert [m["platform"]["architecture"] for m in listed.body["manifests"]] == ["arm64"]
         # the very digests the per-arch job pushed
         assert [m["digest"] for m in listed.body["manifests"]] == [per_arch["tags"][f"{ref}-arm64"]]
+
+
+def test_zstd_layers_are_the_same_image_smaller_and_pulled_back(docker_client, ci_builds, registry):
+    """`--compression zstd`: the A3 image pushed with zstd layers (BuildKit's force-compression of a build FROM the
+    image alone): the registry holds zstd layers under the very config the local image has (its layers' diff-ids and
+    labels); the SBOM says so in its annotations; pulled back into the engine it is that image, and it runs; and a
+    second publish finds it there (nothing pushed)."""
+    import json
+
+    from ascend_images.release.referrers import referrers
+
+    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, device="a3", backend="none")
+    lines: list[str] = []
+    report = publish_selection(sel, lines.append, registry=registry.namespace, namespace=TEST_NAMESPACE,
+                               report_path=registry.root / "zstd.json", allow_test_double=True, compression="zstd")
+    ((ref, digest),) = [(r, d) for r, d in report["tags"].items() if r.endswith(f"-{TEST_DOCKER_ARCH}")]
+    repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    client = RegistryClient(registry.host)
+    manifest = client.manifest(repo, tag)
+    assert manifest.digest == digest
+    # written out by hand: the OCI media type of a zstd layer
+    assert {layer["mediaType"] for layer in manifest.body["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+    local = docker_client.api.inspect_image(f"{TEST_NAMESPACE}/{repo.split('/', 1)[1]}:{tag}")
+    config = json.loads(client.blob(repo, manifest.body["config"]["digest"]))
+    assert config["rootfs"]["diff_ids"] == local["RootFS"]["Layers"]
+    assert config["config"]["Labels"] == local["Config"]["Labels"]
+    (sbom,) = [r for r in referrers(client, repo, digest) if r.artifact_type.endswith("cyclonedx+json")]
+    assert sbom.annotations["io.ascend-images.layer-compression"] == "zstd"
+    docker_client.api.pull(ref.rsplit(":", 1)[0], tag=tag)
+    pulled = docker_client.api.inspect_image(ref)
+    assert pulled["RootFS"]["Layers"] == local["RootFS"]["Layers"]
+    assert docker_client.containers.run(ref, ["true"], entrypoint=[], remove=True) == b""
+    again: list[str] = []
+    publish_selection(sel, again.append, registry=registry.namespace, namespace=TEST_NAMESPACE,
+                      report_path=registry.root / "zstd2.json", allow_test_double=True, compression="zstd")
+    assert any("already published" in line for line in again), again

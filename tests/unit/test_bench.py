@@ -91,11 +91,11 @@ def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
 
 
 # --- the fleet figure: a second engine's build with the stage cache warm, as a fraction of the cold build ----------
-def fleet(built=0, pulled=4, reused=0, seconds=30.0, **over):
+def fleet(built=0, cached=4, reused=0, seconds=30.0, **over):
     """A report whose cold build took 600 s and whose second engine took `seconds` with the stage cache warm."""
     return report(stage_cache="localhost:5000/cache", fleet_engine="scratch dockerd on this host",
                   fleet_seconds=seconds, fleet_fraction=round(seconds / 600.0, 4),
-                  fleet_statuses={"built": built, "pulled": pulled, "reused": reused}, fleet_error=None, **over)
+                  fleet_statuses={"built": built, "cached": cached, "reused": reused}, fleet_error=None, **over)
 
 
 def rows(r) -> dict[str, str]:
@@ -108,16 +108,16 @@ def test_fleet_figure_met_when_only_transfer_within_10pct_of_cold():
     assert verdicts(r)["fleet_within_10pct"] is True
     shown = rows(r)
     assert shown["fleet build (2nd engine, cache warm)"] == \
-        "30.0 s = 5.00% of cold: 4 pulled, 0 built, 0 reused (target <= 10%, nothing built)"
+        "30.0 s = 5.00% of cold: 4 cached, 0 built, 0 reused (target <= 10%, nothing built)"
     assert shown["target fleet_within_10pct"] == "met"
 
 
 def test_fleet_figure_missed_when_the_second_engine_built_anything():
     """Fast is not enough: a stage built there means the cache did not hold it, so the figure is not a transfer."""
-    r = fleet(built=1, pulled=3, seconds=42.0)
+    r = fleet(built=1, cached=3, seconds=42.0)
     assert verdicts(r)["fleet_within_10pct"] is False
     assert rows(r)["target fleet_within_10pct"] == "MISSED"
-    assert "3 pulled, 1 built" in rows(fleet(built=1, pulled=3))["fleet build (2nd engine, cache warm)"]
+    assert "3 cached, 1 built" in rows(fleet(built=1, cached=3))["fleet build (2nd engine, cache warm)"]
 
 
 def test_fleet_figure_missed_over_10pct_or_on_error():
@@ -214,7 +214,7 @@ def fake_bench(monkeypatch, tmp_path):
             if on_fleet and state.fail:
                 raise state.fail
             clock[0] += 30.0 if on_fleet else 600.0 if self.settings.force else 6.0
-            status = "pulled" if on_fleet else "built" if self.settings.force else "reused"
+            status = "cached" if on_fleet else "built" if self.settings.force else "reused"
             if on_fleet:
                 fleet_client.api.state += [{"Id": f"id-{s.tag}", "RepoTags": [s.tag, f"{self.settings.stage_cache}/"
                                             f"{s.repo.rsplit('/', 1)[-1]}:ck-{s.tag[-6:]}"]} for s in plan.stages]
@@ -285,9 +285,9 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
     assert len(fake_bench.loaded) == 1 and fake_bench.loaded[0][0].startswith("debian")  # the OS image, no stage
     stages = len(cold.plan.stages)
     assert result["fleet_seconds"] == 30.0 and result["fleet_fraction"] == 0.05 and result["cold_seconds"] == 600.0
-    assert result["fleet_statuses"] == {"built": 0, "pulled": stages, "reused": 0}
+    assert result["fleet_statuses"] == {"built": 0, "cached": stages, "reused": 0}
     assert result["verdicts"]["fleet_within_10pct"] is True
-    assert f"30.0 s = 5.00% of cold: {stages} pulled, 0 built" in table(result)
+    assert f"30.0 s = 5.00% of cold: {stages} cached, 0 built" in table(result)
     assert any(line.startswith("bench 2/8 fleet: a second, empty engine")
                for line in fake_bench.progress.getvalue().splitlines())
 

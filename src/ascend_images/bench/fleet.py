@@ -32,7 +32,7 @@ def check_fleet(setup: BenchSetup) -> None:
             raise SelectionError("--fleet-engine is where the fleet build runs, which needs --stage-cache "
                                  "REGISTRY/NAMESPACE (or ASCEND_IMAGES_STAGE_CACHE) to pull from")
         return
-    StageCache(setup.stage_cache, setup.client, setup.out)  # the name's own check
+    StageCache(setup.stage_cache, setup.out)  # the name's own check
     sources = setup.settings.sources
     doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
                                        ("artifacts", sources.artifacts.test_double)) if used]
@@ -58,15 +58,17 @@ def _engine_client(host: str) -> docker.DockerClient:
     return docker.DockerClient(base_url=host, timeout=600)
 
 
-def fleet_inputs(plan: BuildPlan) -> list[str]:
-    """The images the plan starts FROM (the OS images): inputs of a build, like the CANN packages, not stages."""
-    return sorted({s.parent_ref for s in plan.stages if s.parent is None})
+def fleet_inputs(plan: BuildPlan, installer_base: str | None = None) -> list[str]:
+    """The images the plan starts FROM (the OS images, and the one its native stages start FROM): inputs of a build,
+    like the CANN packages, not stages."""
+    return sorted({s.parent_ref for s in plan.stages if s.parent is None} | ({installer_base} if installer_base
+                                                                            else set()))
 
 
 def _clear_engine(client: docker.DockerClient, setup: BenchSetup, plan: BuildPlan, before: set[str]) -> None:
     """Leave a --fleet-engine as it was: what the phase put there (an image it did not have, under a stage's tag, a
     stage-cache tag or an input's ref) goes, newest first; whatever else it holds stays."""
-    ours = {s.tag for s in plan.stages} | set(fleet_inputs(plan))
+    ours = {s.tag for s in plan.stages} | set(fleet_inputs(plan, setup.settings.installer_base))
     for image in sorted(client.api.images(), key=lambda i: i.get("Created", 0), reverse=True):
         if image["Id"] in before:
             continue
@@ -85,7 +87,7 @@ def measure_fleet(setup: BenchSetup, plan: BuildPlan, cold: float, build: Build)
                             "fleet_seconds": None, "fleet_fraction": None, "fleet_statuses": None, "fleet_error": None}
     if not setup.stage_cache:
         return part
-    inputs = fleet_inputs(plan)
+    inputs = fleet_inputs(plan, setup.settings.installer_base)
     part["fleet_inputs"] = inputs
     engine = None
     client = None
@@ -116,7 +118,7 @@ def measure_fleet(setup: BenchSetup, plan: BuildPlan, cold: float, build: Build)
                 load_image(ref, host)
         out(f"  building the selection there with the stage cache {setup.stage_cache}")
         seconds, results = build(setup, plan, cold=False, client=client, cache=True)
-        statuses = {status: sum(r.status == status for r in results) for status in ("built", "pulled", "reused")}
+        statuses = {status: sum(r.status == status for r in results) for status in ("built", "cached", "reused")}
         part.update(fleet_seconds=round(seconds, 1), fleet_fraction=round(seconds / cold, 4) if cold else None,
                     fleet_statuses=statuses)
         share = f" ({part['fleet_fraction']:.2%} of cold)" if part["fleet_fraction"] is not None else ""
@@ -156,6 +158,6 @@ def fleet_row(report: dict[str, Any]) -> str:
     if report.get("fleet_error"):
         return f"failed: {report['fleet_error']} (target <= 10% of cold, nothing built)"
     statuses = report.get("fleet_statuses") or {}
-    counts = ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("pulled", "built", "reused"))
+    counts = ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("cached", "built", "reused"))
     return f"{report['fleet_seconds']} s = {report['fleet_fraction']:.2%} of cold: {counts} " \
            "(target <= 10%, nothing built)"

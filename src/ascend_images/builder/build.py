@@ -39,7 +39,7 @@ from ascend_images.inputs.sources import BuildInputs, Sources
 from ascend_images.inputs.wheelstore import WheelStore, default_store, stored_files
 from ascend_images.matrix.model import Matrix
 from ascend_images.stages.kinds import KINDS
-from ascend_images.stages.names import CONTENT_KEY_LABEL
+from ascend_images.stages.names import CONTENT_KEY_LABEL, TEST_DOUBLE_LABEL
 from ascend_images.stages.plan import BuildPlan
 from ascend_images.stages.render import Renderer
 from ascend_images.stages.stage import Stage
@@ -73,7 +73,7 @@ class BuildSettings:
 class StageResult:
     tag: str
     kind: str
-    status: str  # built | reused | pulled (from the stage cache)
+    status: str  # built | reused (an image of its content key) | cached (every step from a cache, none run)
     image_id: str
     content_key: str
     seconds: float
@@ -142,7 +142,7 @@ class Builder:
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
         self._store_lock = threading.Lock()  # two stages fill the wheel store one at a time
-        self.cache = (StageCache(settings.stage_cache, client, self.out, settings.stage_cache_read_only)
+        self.cache = (StageCache(settings.stage_cache, self.out, settings.stage_cache_read_only)
                       if settings.stage_cache else None)
         if settings.jobs > 1:
             plain = self.out
@@ -280,27 +280,16 @@ class Builder:
                 existing = self._find_by_key(key, stage.tag) if waited and not self.settings.force else None
                 if existing:
                     return self._reuse(label, stage, existing, key, started, context)
-                if self.cache is not None and not self.settings.force:
-                    pulled = self.cache.pull(stage, key, platform, parent_id, label)
-                    if pulled:
-                        self._tag(pulled, stage.tag)
-                        self.out(f"{label} {stage.tag}: pulled from the stage cache (content key {key[:12]})")
-                        return StageResult(stage.tag, stage.kind, "pulled", pulled, key,
-                                           time.monotonic() - started, None, str(context))
                 wheels = self._fill_store(label, ctx)
+                cache = tuple(self.cache.args(stage, ctx["labels"].get(TEST_DOUBLE_LABEL, ""))) if self.cache else ()
                 build = buildx.BuildxBuild(context, platform, args=args, labels=self._labels(key),
-                                           source_date_epoch=epoch, no_cache=self.settings.nocache)
+                                           source_date_epoch=epoch, no_cache=self.settings.nocache, cache=cache)
                 result = self._build_claimed(stage, label, index, key, build, dockerfile, ctx, started)
-                result = replace(result, wheels_wanted=wheels[0], wheels_downloaded=wheels[1])
-        if self.cache is not None:
-            self.cache.push(stage, key, result.image_id)
-        return result
+                return replace(result, wheels_wanted=wheels[0], wheels_downloaded=wheels[1])
 
     def _reuse(self, label: str, stage: Stage, image_id: str, key: str, started: float,
                context: Path) -> StageResult:
         self._tag(image_id, stage.tag)
-        if self.cache is not None:  # a stage built here before the cache was named goes there too
-            self.cache.push(stage, key, image_id)
         self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
         return StageResult(stage.tag, stage.kind, "reused", image_id, key, time.monotonic() - started, None,
                            str(context))
@@ -347,9 +336,16 @@ class Builder:
                 f"(no tag was set for {stage.tag})"
             )
         seconds = time.monotonic() - started
-        self.out(f"{label} {stage.tag}: built in {fmt_seconds(seconds)} ({image_id.removeprefix('sha256:')[:12]}; "
-                 f"{progress.steps_run} step(s) run, {progress.steps_cached} from the engine's cache)")
-        return StageResult(stage.tag, stage.kind, "built", image_id, key, seconds, str(log_path), str(build.context))
+        short = image_id.removeprefix("sha256:")[:12]
+        if progress.steps_run == 0 and progress.steps_cached:  # every step from a cache: nothing built here
+            where = "the stage cache" if self.cache is not None else "the engine's cache"
+            self.out(f"{label} {stage.tag}: every step from {where}, made in {fmt_seconds(seconds)} ({short})")
+            status = "cached"
+        else:
+            self.out(f"{label} {stage.tag}: built in {fmt_seconds(seconds)} ({short}; {progress.steps_run} step(s) "
+                     f"run, {progress.steps_cached} from a cache)")
+            status = "built"
+        return StageResult(stage.tag, stage.kind, status, image_id, key, seconds, str(log_path), str(build.context))
 
     def native_tool(self, stage: Stage, name: str) -> str:
         """The `installer` build stage of a locked stage's Dockerfile (its native tool: the build host's Python and uv
@@ -379,9 +375,9 @@ class Builder:
                 self.results[stage.tag] = self.build_stage(stage, index, total)
         results = [self.results[s.tag] for s in plan.stages]
         built = sum(r.status == "built" for r in results)
-        pulled = sum(r.status == "pulled" for r in results)
+        cached = sum(r.status == "cached" for r in results)
         self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, "
-                 f"{total - built - pulled} reused, " + (f"{pulled} pulled from the stage cache, " if pulled else "")
+                 f"{total - built - cached} reused, " + (f"{cached} made from cached steps, " if cached else "")
                  + f"{total} stages")
         self._write_report(plan, results)
         return results

@@ -40,6 +40,7 @@ class BuildxBuild:
     no_cache: bool = False
     network: str = "host"  # this machine's builds reach their package mirrors only through the host's network
     target: str | None = None  # a build stage of the Dockerfile (its last by default)
+    cache: tuple[str, ...] = ()  # --cache-from / --cache-to flags (the stage cache: builder/stagecache.py)
 
     def argv(self) -> list[str]:
         argv = ["docker", "buildx", "build", "--progress", "rawjson", "--platform", self.platform,
@@ -59,7 +60,7 @@ class BuildxBuild:
             argv.append("--no-cache")
         if self.target:
             argv += ["--target", self.target]
-        return [*argv, str(self.context)]
+        return [*argv, *self.cache, str(self.context)]
 
 
 class Running:

@@ -69,7 +69,8 @@ class Attestor:
         done = dict(have)
         if SBOM_ARTIFACT not in have:
             done[SBOM_ARTIFACT] = attach(self.registry, repo, subject, SBOM_ARTIFACT, text.encode(),
-                                         {"org.opencontainers.image.title": "sbom.cdx.json"})
+                                         {"org.opencontainers.image.title": "sbom.cdx.json",
+                                          COMPRESSION_ANNOTATION: layer_compression(subject.body)})
         if PROVENANCE_ARTIFACT not in have:
             done[PROVENANCE_ARTIFACT] = attach(
                 self.registry, repo, subject, PROVENANCE_ARTIFACT, json.dumps(statement, indent=2).encode(),
@@ -77,6 +78,17 @@ class Attestor:
                  statement["predicateType"]})
         self.out(f"  attached SBOM and provenance to {self.registry.host}/{repo}@{subject_digest[:19]}")
         return {"sbom": done[SBOM_ARTIFACT], "provenance": done[PROVENANCE_ARTIFACT]}
+
+
+COMPRESSION_ANNOTATION = "io.ascend-images.layer-compression"
+
+
+def layer_compression(manifest: Mapping[str, Any]) -> str:
+    """How the subject's layers are compressed, read from their media types (`...tar+zstd`, `...tar+gzip`, Docker's
+    `...tar.gzip`): what a client must read to pull the image."""
+    kinds = {"zstd" if layer.get("mediaType", "").endswith("zstd") else
+             "gzip" if "gzip" in layer.get("mediaType", "") else "none" for layer in manifest.get("layers", [])}
+    return ",".join(sorted(kinds)) or "none"
 
 
 def names_a_registry(ref: str) -> bool:

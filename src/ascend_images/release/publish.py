@@ -6,7 +6,10 @@ Order and guarantees:
 2. every immutable tag (per-arch and list) already in the registry is compared with what would be pushed
    (by config digest, which equals the local image id): a different image is refused unless --force,
    before anything is pushed;
-3. per-arch tags are pushed by the engine; transient failures are retried, definitive ones are not;
+3. per-arch tags are pushed by the engine as it holds them (gzip layers); with `compression="zstd"`, BuildKit pushes
+   the same image (the same config, so the same diff-ids and labels) with its layers compressed by zstd instead,
+   smaller and quicker to pull for clients that read zstd (Docker >= 23, containerd >= 1.5); transient failures are
+   retried, definitive ones are not;
 4. a manifest list is written only when every platform of its variant is in the registry;
 5. aliases (latest-<device>-<backend>) move only after every immutable tag of the selection is in place;
 6. each per-arch image pushed gets its SBOM and provenance attached as OCI referrers (release.attest).
@@ -15,8 +18,13 @@ A failure at any point leaves no alias on a half-published variant; running agai
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
+import os
 import re
+import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +100,16 @@ def group_variants(variants: list[Variant], namespace: str, target: Target) -> l
         group.images[darch] = ArchImage(local, local.rpartition(":")[2], platform)
     return list(groups.values())
 
+COMPRESSIONS = ("gzip", "zstd")
+
+
+def same_image(image_id: str, remote: Any) -> bool:
+    """Whether a manifest in the registry is the local image `image_id`: its digest on a containerd image store (the
+    engine pushes the manifest it holds), its config's digest on a graph-driver store (whose ids are config digests),
+    or in lists-only mode, where the ids are read from the registry as config digests."""
+    return image_id in (remote.digest, remote.body.get("config", {}).get("digest"))
+
+
 def unpinned_downloads(labels: Mapping[str, str], pins: Mapping[str, Pin]) -> list[tuple[str, str]]:
     """(file, sha256) of each download an image's labels name that `pins` does not pin to that sha256."""
     return [(file, sha256) for file, sha256 in sorted(labelled_downloads(labels).items())
@@ -102,7 +120,10 @@ class Publisher:
     def __init__(self, client: docker.DockerClient | None, registry: RegistryClient, target: Target, out: Out,
                  *, force: bool = False, dry_run: bool = False, allow_test_double: bool = False,
                  on_step: Callable[[str, str], None] | None = None, pins: Mapping[str, Pin] | None = None,
-                 attestor: Attestor | None = None, steps: Steps | None = None):
+                 attestor: Attestor | None = None, steps: Steps | None = None, compression: str = "gzip"):
+        if compression not in COMPRESSIONS:
+            raise PublishError(f"--compression {compression!r}: valid: {', '.join(COMPRESSIONS)}")
+        self.compression = compression
         self.client = client
         self.steps = steps or Steps("publish")  # push i of n on stderr; the pushes' outcomes stay on `out`
         self.registry = registry
@@ -119,6 +140,18 @@ class Publisher:
 
     def ref(self, repo: str, tag: str) -> str:
         return f"{self.target.registry}/{repo}:{tag}"
+
+    def is_local(self, image: ArchImage, remote: Any, repo: str) -> bool:
+        """Whether a manifest in the registry is this local image: by digest, or (pushed recompressed, zstd) by its
+        config: the same layers by their uncompressed digests and the same labels."""
+        if same_image(image.image_id, remote):
+            return True
+        if self.client is None or "config" not in remote.body:
+            return False
+        config = json.loads(self.registry.blob(repo, remote.body["config"]["digest"]))
+        local = self.client.api.inspect_image(image.local)
+        return (config.get("rootfs", {}).get("diff_ids") == local["RootFS"]["Layers"]
+                and (config.get("config") or {}).get("Labels") == (local.get("Config") or {}).get("Labels"))
 
     # --- 1 and 2: check everything before writing anything ---------------------------------------
     def check_local(self, groups: list[VariantRelease]) -> None:
@@ -177,16 +210,17 @@ class Publisher:
                 remote = self.registry.manifest(group.repo, image.tag)
                 if remote is None:
                     continue
-                config = remote.body.get("config", {}).get("digest")
-                if config != image.image_id:
-                    conflicts.append(f"{self.ref(group.repo, image.tag)} holds image {str(config)[:19]}, "
+                if not self.is_local(image, remote, group.repo):
+                    conflicts.append(f"{self.ref(group.repo, image.tag)} holds image {remote.digest[:19]}, "
                                      f"this build is {image.image_id[:19]}")
             remote_list = self.registry.manifest(group.repo, group.list_tag) if lists else None
             if remote_list is not None:
                 children = {}
                 for child in remote_list.body.get("manifests", []):
                     m = self.registry.manifest(group.repo, child["digest"])
-                    children[child["platform"]["architecture"]] = m.body.get("config", {}).get("digest") if m else None
+                    arch = child["platform"]["architecture"]
+                    children[arch] = expected.get(arch) if m and same_image(expected.get(arch, ""), m) else \
+                        (m.digest if m else None)
                 if children != expected:
                     conflicts.append(f"{self.ref(group.repo, group.list_tag)} lists other images "
                                      f"({', '.join(sorted(children))}) than this build ({', '.join(sorted(expected))})")
@@ -200,7 +234,7 @@ class Publisher:
     def push_arch(self, group: VariantRelease, image: ArchImage) -> str:
         remote_repo = f"{self.target.registry}/{group.repo}"
         existing = self.registry.manifest(group.repo, image.tag)
-        if existing is not None and existing.body.get("config", {}).get("digest") == image.image_id:
+        if existing is not None and self.is_local(image, existing, group.repo):
             self.out(f"  {remote_repo}:{image.tag} already published ({existing.digest[:19]})")
             self.report["skipped"].append(f"{remote_repo}:{image.tag}")
             return existing.digest
@@ -226,8 +260,14 @@ class Publisher:
                 raise RegistryError(f"push {remote_repo}:{image.tag}: the engine reported no digest")
             return digest
 
-        self.out(f"  pushing {image.local} -> {remote_repo}:{image.tag}")
-        digest = retry(f"push {remote_repo}:{image.tag}", push, self.registry.sleep, PUSH_BACKOFF)
+        def recompressed() -> str:  # the same image, its layers recompressed by BuildKit
+            return push_recompressed(client, image.local, f"{remote_repo}:{image.tag}", self.compression,
+                                     self.registry.auth)
+
+        self.out(f"  pushing {image.local} -> {remote_repo}:{image.tag}"
+                 + (f" ({self.compression} layers)" if self.compression != "gzip" else ""))
+        digest = retry(f"push {remote_repo}:{image.tag}", push if self.compression == "gzip" else recompressed,
+                       self.registry.sleep, PUSH_BACKOFF)
         pushed = self.registry.manifest(group.repo, image.tag)
         if pushed is None or pushed.digest != digest:
             raise PublishError(f"{remote_repo}:{image.tag} reads back as {pushed.digest if pushed else 'missing'}, "
@@ -301,6 +341,41 @@ class Publisher:
                 self.report["tags"][self.ref(group.repo, group.alias)] = digest
                 self.out(f"  alias {self.ref(group.repo, group.alias)} -> {digest[:19]}")
         return self.report
+
+
+def push_recompressed(client: docker.DockerClient, local: str, remote: str, compression: str,
+                      auth: tuple[str, str] | None) -> str:
+    """Push `local` as `remote` with its layers recompressed: a build FROM the image alone (no step: BuildKit keeps
+    its config byte for byte, SOURCE_DATE_EPOCH its created time), pushed by BuildKit with `force-compression`.
+    Credentials given in the environment reach BuildKit through a docker config of this push's own; else the
+    engine's (`docker login`)."""
+    attrs = client.api.inspect_image(local)
+    created = (attrs["Config"].get("Labels") or {}).get("org.opencontainers.image.created", "")
+    platform = f"{attrs.get('Os', 'linux')}/{attrs['Architecture']}"
+    with tempfile.TemporaryDirectory(prefix="ascend-push-") as scratch:
+        Path(scratch, "Dockerfile").write_text(f"FROM {local}\n")
+        env = dict(os.environ)
+        if auth is not None:
+            config = Path(scratch, "docker-config")
+            config.mkdir(mode=0o700)
+            host = remote.split("/", 1)[0]
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+            (config / "config.json").write_text(json.dumps({"auths": {host: {"auth": token}}}))
+            env["DOCKER_CONFIG"] = str(config)
+        metadata = Path(scratch, "metadata.json")
+        argv = ["docker", "buildx", "build", "--progress", "plain", "--provenance=false", "--sbom=false",
+                "--platform", platform, "--metadata-file", str(metadata),
+                "--output", f"type=image,name={remote},push=true,compression={compression},force-compression=true,"
+                            "oci-mediatypes=true", scratch]
+        if created:
+            epoch = int(dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp())
+            argv[3:3] = ["--build-arg", f"SOURCE_DATE_EPOCH={epoch}"]
+        result = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else str(result.returncode)
+            raise RegistryError(f"push {remote} ({compression}): {message}",
+                                transient=bool(TRANSIENT_PUSH.search(result.stderr[-2000:])))
+        return json.loads(metadata.read_text())["containerimage.digest"]
 
 
 def write_report(report: dict[str, Any], path: Path) -> None:
