@@ -27,7 +27,8 @@ def test_verdicts_report_hits_and_misses():
     v = verdicts(report())
     assert v == {"noop_within_3pct": True, "incremental_only_affected": True, "shared_at_least_1_8x": False,
                  "dive_at_least_0_98": True, "startup_within_30ms": True, "fleet_within_10pct": None,
-                 "install_within_0_25_of_pip": None, "each_wheel_downloaded_once": True}
+                 "install_within_0_25_of_pip": None, "each_wheel_downloaded_once": True,
+                 "rebuild_same_digest": None}
     v = verdicts(report(noop_fraction=0.05, dive={"ns/x:tag": None}, startup_ms={"overhead_ms": {"t": 45.0}}))
     assert v["noop_within_3pct"] is False and v["dive_at_least_0_98"] is None and v["startup_within_30ms"] is False
 
@@ -238,6 +239,9 @@ def fake_bench(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "_image_size", lambda client, ref: 1_000_000)
     monkeypatch.setattr(bench, "_dive", lambda ref, work: None)
     monkeypatch.setattr(bench, "_startup_ms", lambda client, ref, runs: 10.0)
+    state.pulled = []
+    monkeypatch.setattr(bench, "measure_pulls", lambda setup, tags: state.pulled.extend(tags) or {
+        tag: {"gzip_mb": 900.0, "gzip_s": 30.0, "zstd_mb": 800.0, "zstd_s": 20.0} for tag in tags})
 
     def setup(**over):
         sources = SimpleNamespace(cann=CannSource("url", strict=False), artifacts=SimpleNamespace(test_double=False))
@@ -261,8 +265,9 @@ def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
     assert result["stage_cache"] is None and result["fleet_seconds"] is None and result["fleet_fraction"] is None
     assert result["verdicts"]["fleet_within_10pct"] is None
     steps = fake_bench.progress.getvalue().splitlines()
-    assert "bench 2/8 fleet: skipped (needs --stage-cache) (0.0s)" in steps
-    assert [line.split(" ")[1] for line in steps] == [f"{k}/8" for k in range(1, 9)]
+    assert "bench 4/11 fleet: skipped (needs --stage-cache) (0.0s)" in steps
+    assert "bench 5/11 pull: skipped (needs --stage-cache: its registry) (0.0s)" in steps
+    assert [line.split(" ")[1] for line in steps] == [f"{k}/11" for k in range(1, 12)]
     assert not any(line.startswith("[bench ") or line.startswith("bench ") for line in fake_bench.lines)
 
 
@@ -288,8 +293,43 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
     assert result["fleet_statuses"] == {"built": 0, "cached": stages, "reused": 0}
     assert result["verdicts"]["fleet_within_10pct"] is True
     assert f"30.0 s = 5.00% of cold: {stages} cached, 0 built" in table(result)
-    assert any(line.startswith("bench 2/8 fleet: a second, empty engine")
+    assert any(line.startswith("bench 4/11 fleet: a second, empty engine")
                for line in fake_bench.progress.getvalue().splitlines())
+
+
+def test_the_rebuild_warm_and_pull_phases_build_as_they_say(fake_bench):
+    """The rebuild is a second cold build (no content key, no BuildKit cache), the warm build skips the content key
+    but not BuildKit's cache, neither touches the stage cache; the pull phase gets the selection's images."""
+    from ascend_images.bench.run import run_bench, table
+
+    result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
+    cold, rebuild, warm, *_ = fake_bench.builders
+    assert (rebuild.settings.force, rebuild.settings.nocache, rebuild.settings.stage_cache) == (True, True, None)
+    assert (warm.settings.force, warm.settings.nocache, warm.settings.stage_cache) == (True, False, None)
+    assert result["rebuild_same"] is True and result["verdicts"]["rebuild_same_digest"] is True
+    assert fake_bench.pulled == [cold.plan.stages[-1].tag]
+    rows = {line.split("  ", 1)[0]: line for line in table(result).splitlines()}
+    name = cold.plan.stages[-1].tag.rsplit(":", 1)[-1]
+    assert rows[f"pull {name}"].endswith("gzip 30.0 s / 900.0 MB, zstd 20.0 s / 800.0 MB")
+    assert "every stage the same" in rows["rebuild to the same digest"]
+    assert "100.00% of cold" in rows["warm build (BuildKit's cache)"]  # the fake builds every forced plan in 600 s
+
+
+def test_a_rebuild_to_another_digest_names_the_stages_and_misses_the_target():
+    from ascend_images.bench.run import rebuild_figures
+    from ascend_images.builder.build import StageResult
+
+    def results(*ids):
+        return [StageResult(f"ns/s:{n}", "base", "built", i, "key", 1.0, None, "") for n, i in enumerate(ids)]
+
+    figures = rebuild_figures(results("sha256:a", "sha256:b"), results("sha256:a", "sha256:c"), 61.04)
+    assert figures == {"rebuild_seconds": 61.0, "rebuild_same": False, "rebuild_different": ["ns/s:1"]}
+    r = report(**figures)
+    r["verdicts"] = verdicts(r)
+    assert r["verdicts"]["rebuild_same_digest"] is False
+    assert "DIFFERENT: ns/s:1" in table(r)
+    (line,) = [line for line in table(r).splitlines() if "rebuild_same_digest" in line]
+    assert "MISSED" in line
 
 
 def test_a_failed_fleet_build_is_a_finding_and_the_engine_still_goes(fake_bench):
@@ -413,8 +453,8 @@ def test_only_picks_phases_in_the_bench_order(only, expected):
 
 
 @pytest.mark.parametrize(("only", "message"), [
-    ("instal", "--only 'instal': 'instal' is not a phase; the phases: cold, fleet, alone, noop, incremental, "
-               "sizes, startup, install"),
+    ("instal", "--only 'instal': 'instal' is not a phase; the phases: cold, rebuild, warm, fleet, pull, alone, "
+               "noop, incremental, sizes, startup, install"),
     ("noop", "--only 'noop': noop is measured against the cold build; add it: --only cold,noop"),
     ("install,", "--only 'install,': '' is not a phase"),
 ])
@@ -453,4 +493,4 @@ def test_the_install_phase_measures_the_backend_stage_over_its_parent_with_its_i
     assert result["verdicts"]["install_within_0_25_of_pip"] is True
     assert "cold_seconds" not in result and not any(b.settings.force for b in fake_bench.builders)
     steps = fake_bench.progress.getvalue().splitlines()
-    assert [line.split(" ")[1] for line in steps] == ["1/8", "2/8"]  # the fixture's Steps counts all eight
+    assert [line.split(" ")[1] for line in steps] == ["1/11", "2/11"]  # the fixture's Steps counts all eleven

@@ -6,6 +6,7 @@ what it does not pull it must build. Target: transfer only (nothing built), at m
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -161,3 +162,41 @@ def fleet_row(report: dict[str, Any]) -> str:
     counts = ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("cached", "built", "reused"))
     return f"{report['fleet_seconds']} s = {report['fleet_fraction']:.2%} of cold: {counts} " \
            "(target <= 10%, nothing built)"
+
+
+def pull_figures(setup: BenchSetup, tags: list[str]) -> dict[str, dict[str, float]]:
+    """Each image pushed to the stage cache's registry with gzip layers (the engine's push) and with zstd layers
+    (BuildKit's, release/publish.py), then each pulled into a second, empty engine, timed: what a cluster node pays
+    to start the image. Compressed sizes are the manifests' layer sizes."""
+    import time
+
+    from ascend_images.release.publish import push_recompressed
+
+    assert setup.stage_cache is not None
+    figures: dict[str, dict[str, float]] = {}
+    engine = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-pull-")))
+    engine.start()
+    try:
+        for tag in tags:
+            name = tag.rsplit("/", 1)[-1].replace(":", "-")
+            refs = {kind: f"{setup.stage_cache}/bench-pull:{name}-{kind}" for kind in ("gzip", "zstd")}
+            repo, _, gzip_tag = refs["gzip"].rpartition(":")
+            setup.client.api.tag(tag, repo, gzip_tag, force=True)
+            for line in setup.client.api.push(repo, tag=gzip_tag, stream=True, decode=True):
+                if "error" in line:
+                    raise AscendImagesError(f"push {refs['gzip']}: {line['error']}")
+            push_recompressed(setup.client, tag, refs["zstd"], "zstd", None)
+            row: dict[str, float] = {}
+            for kind, ref in refs.items():
+                sizes = subprocess.run(["docker", "buildx", "imagetools", "inspect", "--raw", ref],
+                                       capture_output=True, text=True, check=True).stdout
+                row[f"{kind}_mb"] = round(sum(layer["size"] for layer in json.loads(sizes)["layers"]) / 1e6, 1)
+                started = time.monotonic()
+                engine.docker("pull", "-q", ref)
+                row[f"{kind}_s"] = round(time.monotonic() - started, 1)
+                engine.docker("rmi", ref)
+                setup.out(f"  {ref}: {row[f'{kind}_mb']} MB, pulled in {row[f'{kind}_s']} s")
+            figures[tag] = row
+    finally:
+        engine.stop()
+    return figures

@@ -51,8 +51,8 @@ TARGETS = {
     "fleet_fraction_max": FLEET_FRACTION_MAX,
     "native_install_fraction_max": NATIVE_FRACTION_MAX,
 }
-PHASES = ("cold", "fleet", "alone", "noop", "incremental", "sizes", "startup", "install")
-NEEDS_COLD = ("fleet", "alone", "noop")  # measured against the cold build
+PHASES = ("cold", "rebuild", "warm", "fleet", "pull", "alone", "noop", "incremental", "sizes", "startup", "install")
+NEEDS_COLD = ("rebuild", "warm", "fleet", "alone", "noop")  # measured against the cold build
 
 
 def phase_steps(phases: tuple[str, ...]) -> int:
@@ -96,10 +96,11 @@ def _remove_stage_images(client: docker.DockerClient, plan: BuildPlan) -> None:
 
 
 def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool, client: docker.DockerClient | None = None,
-           cache: bool = False, wheel_store: Path | None = None) -> tuple[float, list[StageResult]]:
+           cache: bool = False, wheel_store: Path | None = None,
+           force: bool = False) -> tuple[float, list[StageResult]]:
     """Build `plan` on `client` (default: the host's engine), with the stage cache only when `cache`, and the wheel
-    store at `wheel_store` when given."""
-    settings = replace(setup.settings, force=cold, nocache=cold,
+    store at `wheel_store` when given. `cold`: no content key and no BuildKit cache; `force`: no content key."""
+    settings = replace(setup.settings, force=cold or force, nocache=cold,
                        stage_cache=setup.stage_cache if cache else None,
                        stage_cache_read_only=setup.stage_cache_read_only,
                        wheel_store=wheel_store or setup.settings.wheel_store)
@@ -166,12 +167,33 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
         seconds, cold_results = _build(setup, plan, cold=False)
         out(f"  {seconds:.0f}s")
 
+    if "rebuild" in phases:
+        setup.steps.begin("rebuild from nothing (no cache, no content key): the same digest for every stage?")
+        seconds, again = _build(setup, plan, cold=True)
+        report.update(rebuild_figures(cold_results, again, seconds))
+        out(f"  {seconds:.0f}s; " + ("every stage the same digest" if report["rebuild_same"] else
+                                     f"DIFFERENT: {', '.join(report['rebuild_different'])}"))
+
+    if "warm" in phases:
+        setup.steps.begin("warm build: every stage built again by BuildKit from its cache (no content key)")
+        seconds, _ = _build(setup, plan, cold=False, force=True)
+        report["warm_seconds"] = round(seconds, 1)
+        report["warm_fraction"] = round(seconds / cold, 4) if cold else None
+        out(f"  {seconds:.0f}s ({report['warm_fraction']:.2%} of cold)" if cold else f"  {seconds:.0f}s")
+
     if "fleet" in phases:
         if setup.stage_cache:
             setup.steps.begin("fleet: a second, empty engine builds the selection with the stage cache warm")
         else:
             setup.steps.begin("fleet: skipped (needs --stage-cache)")
         report.update(measure_fleet(setup, plan, cold, _build))
+
+    if "pull" in phases:
+        if setup.stage_cache:
+            setup.steps.begin("pull of the selection's images into an empty engine, gzip against zstd layers")
+            report["pull"] = measure_pulls(setup, [plan.top(v).tag for v in variants])
+        else:
+            setup.steps.begin("pull: skipped (needs --stage-cache: its registry)")
 
     if "alone" in phases:
         setup.steps.begin("each variant alone, from nothing")
@@ -218,6 +240,21 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
     report["verdicts"] = verdicts(report)
     setup.steps.end()
     return report
+
+
+def rebuild_figures(first: list[StageResult], again: list[StageResult], seconds: float) -> dict[str, Any]:
+    """A rebuild from nothing against the cold build: its time, and whether every stage has the same digest."""
+    before = {r.tag: r.image_id for r in first}
+    different = [r.tag for r in again if before.get(r.tag) != r.image_id]
+    return {"rebuild_seconds": round(seconds, 1), "rebuild_same": not different, "rebuild_different": different}
+
+
+def measure_pulls(setup: BenchSetup, tags: list[str]) -> dict[str, Any]:
+    """Each image pushed to the stage cache's registry twice, its layers gzip (as the engine holds them) and zstd,
+    then pulled into an empty engine (a scratch dockerd) one after the other: seconds and compressed bytes each."""
+    from ascend_images.bench.fleet import pull_figures
+
+    return pull_figures(setup, tags)
 
 
 def _alone(setup: BenchSetup, variants: list[Variant], cold: float, cold_results: list[StageResult],
@@ -311,6 +348,7 @@ def verdicts(report: dict[str, Any]) -> dict[str, bool | None]:
         "install_within_0_25_of_pip": None if install is None
         else install["native_fraction_of_pip"] <= t["native_install_fraction_max"],
         "each_wheel_downloaded_once": report["downloads"]["each_once"] if "downloads" in report else None,
+        "rebuild_same_digest": report.get("rebuild_same"),
     }
 
 
@@ -324,8 +362,18 @@ def table(report: dict[str, Any]) -> str:
         rows.append(("each variant alone (sum)", f"{sum(report['alone_seconds']):.1f} s{derived}"))
         rows.append(("shared-stage speed-up", f"{report['shared_speedup']}x (target >= 1.8x)"
                      f"{'' if report['alone_measured'] else ' (DERIVED: from the derived sum above)'}"))
+    if "rebuild_seconds" in report:
+        rows.append(("rebuild to the same digest", f"{report['rebuild_seconds']} s, "
+                     + ("every stage the same" if report["rebuild_same"] else
+                        f"DIFFERENT: {', '.join(report['rebuild_different'])}")))
+    if "warm_seconds" in report:
+        share = f" = {report['warm_fraction']:.2%} of cold" if report.get("warm_fraction") is not None else ""
+        rows.append(("warm build (BuildKit's cache)", f"{report['warm_seconds']} s{share}"))
     if "fleet" in report.get("phases", ()):
         rows.append(("fleet build (2nd engine, cache warm)", fleet_row(report)))
+    for tag, pull in (report.get("pull") or {}).items():
+        rows.append((f"pull {tag.rsplit(':', 1)[-1]}", f"gzip {pull['gzip_s']} s / {pull['gzip_mb']} MB, "
+                                                        f"zstd {pull['zstd_s']} s / {pull['zstd_mb']} MB"))
     if "noop_seconds" in report:
         rows.append(("no-op rebuild", f"{report['noop_seconds']} s = {report['noop_fraction']:.2%} of cold "
                                       "(target <= 3%)"))

@@ -13,7 +13,7 @@ from ascend_images.builder.build import BuildSettings
 from ascend_images.console import Steps
 
 Out = Callable[[str], None]
-STEPS = 8  # the bench's measurements (its phases), each a step on stderr
+STEPS = 11  # the bench's measurements (its phases), each a step on stderr
 
 
 @dataclass
