@@ -67,7 +67,7 @@ def test_docs_cli_md_holds_every_task_flag_and_exit_code():
                 "### `diff A B`", "| `--project DIR` |  |", "| 3 | an engine, index or registry could not be reached",
                 "| 130 | interrupted (Ctrl-C)", "| `--cann-source CANN_SOURCE` |  |  | image \\| url \\| local"):
         assert row in text, row
-    assert text.count("\n### `") == 23  # every task of the collection once
+    assert text.count("\n### `") == 24  # every task of the collection once
 
 
 def test_a_drifted_cli_reference_fails_the_check_and_one_command_mends_it(tmp_path):
