@@ -10,7 +10,7 @@
 #   - dockerd >= 26 with a buildx >= 0.13 already here (Docker CE, a CI runner's, ours): kept, nothing installed;
 #   - the archive's own docker.io >= 26 and docker-buildx >= 0.13 (Debian 13; Ubuntu 24.04's noble-updates): those;
 #   - Debian 12 (docker.io 20.10): trixie's docker.io, docker-cli, docker-buildx and containerd, pinned so that nothing
-#     else comes from trixie (README, "Design notes: the engine on Debian 12"); an older docker.io is upgraded;
+#     else comes from trixie (docs/design.md, "The engine on Debian 12"); an older docker.io is upgraded;
 #   - anything else: refused, naming what the archive offers.
 # An engine already running is never restarted silently: when it is older than the installed one or its containerd
 # image store is off, the script says what to do and fails, unless ASCEND_IMAGES_ENGINE_RESTART=1 lets it write

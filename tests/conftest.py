@@ -43,7 +43,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """A skip outside tests/npu under CI=true fails the run, whatever else passed (the summary names each); and each
-    process writes what the CI images cost it (`invoke ci-costs` adds them up for README's table)."""
+    process writes what the CI images cost it (`invoke ci-costs` adds them up for docs/tests.md's table)."""
     if _forbidden_skips(session.config):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if CI_COSTS["builds"] or CI_COSTS["checks"]:

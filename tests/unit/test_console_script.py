@@ -85,7 +85,7 @@ def test_the_same_tasks_as_invoke():
 
 @pytest.mark.parametrize("command", [ascend_images, invoke], ids=["ascend-images", "invoke"])
 @pytest.mark.parametrize(("argv", "words"), [
-    (["biuld"], "error: no task named 'biuld'; did you mean build?"),
+    (["biuld"], "error: no task named 'biuld'; did you mean build or rebuild?"),
     (["--help", "rendr"], "error: no task named 'rendr'; did you mean render?"),
     (["build", "--devcie", "a3"], "error: build has no flag --devcie; did you mean --device"),
     (["render", "--chekc"], "error: render has no flag --chekc; did you mean --check or --checksums"),
@@ -135,4 +135,4 @@ def test_a_fresh_editable_install_makes_the_script(tmp_path):
     assert result.stdout.startswith("ascend-images 0.1.0 (commit ")
     result = subprocess.run([str(venv / "bin" / "ascend-images"), "biuld"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "did you mean build?" in result.stderr
+    assert result.returncode == 2 and "did you mean build or rebuild?" in result.stderr

@@ -19,7 +19,7 @@ from tests.fixtures.signals import default_sigint
 from tests.unit import console_script
 from tests.unit.inprocess import PROGRAMS, Listener
 
-from .helpers import ROOT
+from .helpers import ROOT, documents_copy, holding
 
 both = pytest.mark.parametrize("program", PROGRAMS.values(), ids=PROGRAMS.keys())
 
@@ -38,11 +38,12 @@ def test_0_done(program):
 
 @both
 def test_1_the_task_ran_and_found_something(program, tmp_path):
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    copy = tmp_path / "README.md"
-    copy.write_text(text.replace("<!-- generated:rendered -->\n", "<!-- generated:rendered -->\nstale\n"),
+    readme, docs = documents_copy(tmp_path)
+    page = holding("rendered", readme, docs)
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace("<!-- generated:rendered -->\n", "<!-- generated:rendered -->\nstale\n"),
                     encoding="utf-8")
-    code, out, _ = program(["readme", "--check", "--readme", str(copy)])
+    code, out, _ = program(["readme", "--check", "--readme", str(readme), "--docs", str(docs)])
     assert code == 1 and "+stale" not in out and "-stale" in out
 
 

@@ -1,4 +1,5 @@
-"""ruff on the code and hadolint on every rendered Dockerfile of every release are part of the tests."""
+"""ruff on the code, hadolint on every rendered Dockerfile of every release and the manual's mkdocs build are part
+of the tests."""
 
 import io
 import os
@@ -33,7 +34,7 @@ def test_lint_says_what_it_does_and_counts_hadolints_warnings(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     steps = result.stderr.splitlines()
     assert [line.split(":")[0].split(" (")[0] for line in steps] == [
-        "ruff", "lint-imports", "render every variant", "hadolint", "rendered/", "actionlint", "zizmor"]
+        "ruff", "lint-imports", "render every variant", "hadolint", "rendered/", "actionlint", "zizmor", "mkdocs"]
     assert all(re.search(r" \((\d+m\d\ds|\d+\.\ds)\)$", line) for line in steps), steps
     summary = next(line for line in result.stdout.splitlines() if line.startswith("hadolint:"))
     assert summary.startswith("hadolint: 0 errors, ")
@@ -110,3 +111,57 @@ def test_the_contract_fails_on_a_planted_import(tmp_path, module, line, says):
     assert lint_imports(lines.append, _tree_with(tmp_path, module, line)) != 0
     assert lines[0] == "lint-imports: CONTRACT BROKEN"
     assert says in "\n".join(lines)
+
+
+def _manual_copy(tmp_path):
+    """mkdocs.yml and docs/ copied: a tree lint_docs builds like the checkout's."""
+    root = tmp_path / "tree"
+    root.mkdir()
+    shutil.copy(ROOT / "mkdocs.yml", root / "mkdocs.yml")
+    shutil.copytree(ROOT / "docs", root / "docs")
+    return root
+
+
+@pytest.mark.skipif(which("mkdocs") is None and not env_flag("CI"), reason="mkdocs not installed")
+def test_the_manual_builds_strict_on_the_tree(tmp_path):
+    from ascend_images.cli.lint import lint_docs
+
+    lines: list[str] = []
+    assert lint_docs(lines.append, tmp_path / "site", root=ROOT) == 0, "\n".join(lines)
+    assert lines == [f"mkdocs: built ({tmp_path / 'site'})"]
+    assert (tmp_path / "site" / "locks" / "index.html").is_file()
+    # nothing in the site is fetched when it is read: no highlight.js or font from a CDN
+    assert not [p for p in (tmp_path / "site").rglob("*.html") if "cdnjs.cloudflare.com" in p.read_text()]
+
+
+@pytest.mark.skipif(which("mkdocs") is None and not env_flag("CI"), reason="mkdocs not installed")
+@pytest.mark.parametrize(("page", "old", "new", "says"), [
+    # a link to a page that is not there
+    ("design.md", "[Locks](locks.md)", "[Locks](lockz.md)",
+     "Doc file 'design.md' contains a link 'lockz.md', but the target is not found among documentation files."),
+    # a link to an anchor the page does not have (a heading renamed, say)
+    ("building.md", "(design.md#the-engine-on-debian-12)", "(design.md#design-notes-the-engine-on-debian-12)",
+     "Doc file 'building.md' contains a link 'design.md#design-notes-the-engine-on-debian-12', but the doc "
+     "'design.md' does not contain an anchor '#design-notes-the-engine-on-debian-12'."),
+    # a page left out of the nav
+    ("orphan.md", None, "# An orphan\n", "are not included in the \"nav\" configuration:\n  - orphan.md"),
+])
+def test_a_broken_manual_fails_lint_and_passes_once_mended(tmp_path, page, old, new, says):
+    from ascend_images.cli.lint import lint_docs
+
+    root = _manual_copy(tmp_path)
+    target = root / "docs" / page
+    before = target.read_text(encoding="utf-8") if target.exists() else None
+    target.write_text(new if old is None else before.replace(old, new), encoding="utf-8")
+    assert old is None or before.count(old) == 1, old
+    lines: list[str] = []
+    assert lint_docs(lines.append, tmp_path / "site", root=root) != 0
+    assert lines[0] == f"mkdocs: FINDINGS ({tmp_path / 'site'})"
+    assert says in "\n".join(lines[1:])
+    # mended, the same build passes
+    if before is None:
+        target.unlink()
+    else:
+        target.write_text(before, encoding="utf-8")
+    lines.clear()
+    assert lint_docs(lines.append, tmp_path / "site", root=root) == 0, "\n".join(lines)

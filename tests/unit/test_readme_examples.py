@@ -1,12 +1,13 @@
-"""README's examples are commands a user copies (issue 41: it showed `invoke lint -v`, which is refused). Every
-`invoke ...` or `ascend-images ...` line of its shell blocks is parsed as the program parses it (task, flags, values
-given, arguments present), without running; the ones that need neither Docker nor the network run for real, through
-the installed script, from a directory that is not the checkout."""
+"""The examples of README and of the manual's pages (docs/*.md) are commands a user copies (issue 41: README showed
+`invoke lint -v`, which is refused). Every `invoke ...` or `ascend-images ...` line of their shell blocks is parsed as
+the program parses it (task, flags, values given, arguments present), without running; the ones that need neither
+Docker nor the network run for real, through the installed script, from a directory that is not the checkout."""
 
 from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 from invoke import Exit
@@ -20,16 +21,19 @@ from .helpers import ROOT
 COMMAND = re.compile(r"^(?:\.venv/bin/)?(invoke|ascend-images)\s")
 
 
-def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def readme_commands(path: Path) -> list[str]:
+    """The commands of one document's shell blocks."""
+    text = path.read_text(encoding="utf-8")
     found = []
     for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
         joined = re.sub(r"\\\n\s*", " ", block)  # continuation lines are one command
         for line in joined.splitlines():
-            line = line.strip()
-            if not COMMAND.match(line):
-                continue
-            for part in re.split(r"\s&&\s", line):  # README's first lines chain set-up and the command
+            # README's first lines chain set-up and the command: each part on its own (before, a line that did not
+            # start with the command was passed over whole, so command 1's build was never parsed)
+            for part in re.split(r"\s&&\s", line.strip()):
                 part = part.strip()
                 if COMMAND.match(part):
                     found.append(part)
@@ -46,14 +50,20 @@ def words(command: str) -> list[str]:
     return out
 
 
-COMMANDS = readme_commands()
+FOUND = {path.relative_to(ROOT).as_posix(): readme_commands(path) for path in DOCUMENTS}
+COMMANDS = [command for commands in FOUND.values() for command in commands]
+IDS = [f"{name}: {command}" for name, commands in FOUND.items() for command in commands]
 
 
-def test_readme_has_commands():
-    assert len(COMMANDS) > 30  # the usage sections; a change to how they are found must not silently find none
+def test_readme_and_the_manual_have_commands():
+    # a change to how they are found must not silently find none
+    assert FOUND["README.md"][0].startswith(".venv/bin/invoke build --device a3 --backend sglang")  # command 1
+    assert len(COMMANDS) > 30  # the manual's usage sections
+    for page in ("matrix", "building", "locks", "rl", "running", "image-tests", "publishing", "benchmark", "sources"):
+        assert FOUND[f"docs/{page}.md"], page
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", COMMANDS, ids=IDS)
 def test_each_readme_command_parses(command):
     install_suggestions()
     program = AscendImagesProgram(name="ascend-images", binary="ascend-images", namespace=tasks(), version="test")
@@ -64,7 +74,7 @@ def test_each_readme_command_parses(command):
         program.parse_collection()
         program.parse_tasks()
     except Exit as exc:
-        pytest.fail(f"README's `{command}` is refused: {exc.message}")
+        pytest.fail(f"`{command}` is refused: {exc.message}")
     assert program.tasks, command
 
 

@@ -81,7 +81,7 @@ CASES: list[tuple[str, str, int, Check]] = [
     ("broken-matrix-yaml", "ascend-images env --matrix {broken}", 2, names_the_file_line_and_column),
     ("lock-check-clean-checkout", "ascend-images lock --check", 0, lock_check_passes),
     ("mistyped-task", "ascend-images biuld", 2,
-     refused("error: no task named 'biuld'; did you mean build? (`ascend-images --list` lists them)")),
+     refused("error: no task named 'biuld'; did you mean build or rebuild? (`ascend-images --list` lists them)")),
     ("mistyped-flag", "ascend-images build --devcie a3", 2,
      refused("error: build has no flag --devcie; did you mean --device")),
     ("version", "ascend-images --version", 0, says("stdout", "ascend-images 0.1.0 (commit ", "matrix.yaml sha256:")),

@@ -1,7 +1,8 @@
-"""`invoke ci-costs`: what each CI image cost a run of README's test command, recorded in `ci-costs.json` for README's
-generated table (issue: CI inside its budget). The test session writes, per process, the stages it built for each CI
-selection and the time of each image's checks (build/test/<worker>/ci-costs.json); this adds them up per CI image,
-cold (an empty engine) or warm (the engine holding the images), beside the run's wall time `.ci/run` printed."""
+"""`invoke ci-costs`: what each CI image cost a run of README's test command, recorded in `ci-costs.json` for the
+generated table of docs/tests.md (issue: CI inside its budget; `invoke readme` writes it wherever its markers are).
+The test session writes, per process, the stages it built for each CI selection and the time of each image's checks
+(build/test/<worker>/ci-costs.json); this adds them up per CI image, cold (an empty engine) or warm (the engine
+holding the images), beside the run's wall time `.ci/run` printed."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def add_up(results: Path) -> dict[str, Any]:
                              "results": "where the test session wrote its ci-costs.json files (default build/test)",
                              "file": "the record to update (default: the project's ci-costs.json)"})
 def ci_costs(c, run, seconds, results=None, file=None):
-    """Record what each CI image cost a run of README's test command, for README's table (`invoke readme`)."""
+    """Record what each CI image cost a run of README's test command, for docs/tests.md's table (`invoke readme`)."""
     run_body(checked_run, run)
     wall = run_body(whole_number, "--seconds", seconds, 1, 90 * 60 * 10)
     source = run_body(checked_path, "--results", project_path(results, "build/test"), "dir")
@@ -93,7 +94,7 @@ def _minutes(seconds: float) -> str:
 
 
 def costs_table(root: Path = PROJECT_ROOT) -> str:
-    """README's table of the CI images and what each cost the recorded cold and warm runs."""
+    """The table of the CI images (docs/tests.md) and what each cost the recorded cold and warm runs."""
     path = root / "ci-costs.json"
     if not path.is_file():
         return "No CI run recorded yet (`invoke ci-costs --run cold --seconds N` after one)."

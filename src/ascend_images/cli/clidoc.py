@@ -1,7 +1,7 @@
 """docs/cli.md, the command-line reference, made from what the command line is: the program's own options, every task
 with its one-line description, its arguments and its flags (help, short letter, repeatable) read from the very parser
 contexts `invoke` and `ascend-images` parse against, and the exit codes from taskdef.EXIT_CODES. `invoke readme` writes
-it between generated markers, as README's sections; `invoke readme --check` fails when it says otherwise."""
+it between generated markers, as the other pages' sections; `invoke readme --check` fails when it says otherwise."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from collections.abc import Callable
 from invoke.parser import Argument
 
 from ascend_images.cli.taskdef import EXIT_CODES, summary
-
-PATH = "docs/cli.md"
 
 
 def _cell(text: str | None) -> str:

@@ -1,6 +1,7 @@
 """`invoke lint`: ruff; the wings' import contract (import-linter); hadolint on every Dockerfile the matrix renders
 (CANN from URLs and from official images);
-the committed rendered/ Dockerfiles against the matrix; actionlint and zizmor on the workflow."""
+the committed rendered/ Dockerfiles against the matrix; actionlint and zizmor on the workflow; the manual (docs/)
+built by mkdocs --strict, so a broken link or anchor, or a page missing from its nav, fails."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ Out = Callable[[str], None]
                          "work_dir": "where every variant is rendered (default: the project's build/)"})
 def lint_task(c, matrix=None, work_dir=None):
     """ruff; the import contract; hadolint on every rendered Dockerfile of every release; the committed rendered/
-    Dockerfiles; actionlint and zizmor on the workflow."""
+    Dockerfiles; actionlint and zizmor on the workflow; the manual built by mkdocs --strict."""
     exit_with(run_body(lint, Selection(matrix), print, run_body(output_path, "--work-dir", work_dir, "build")))
 
 
@@ -73,6 +74,7 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Ste
     out(f"rendered/: {'up to date' if result.clean else result.summary(directory)}")
     status |= 0 if result.clean else 1
     status |= lint_workflows(out, steps)
+    status |= lint_docs(out, work_dir / "site", steps)
     total = sum(steps.times.values())
     # the warnings are the one thing a green run hides: say how many, and where to see them
     seen = "" if console.is_verbose() or not warnings else " (--verbose shows them)"
@@ -135,3 +137,22 @@ def lint_workflows(out: Out, steps: Steps | None = None) -> int:
             out((result.stdout + result.stderr).strip())
         status |= result.returncode
     return status
+
+
+def lint_docs(out: Out, site: Path, steps: Steps | None = None, root: Path = PROJECT_ROOT) -> int:
+    """The manual: `mkdocs build --strict` of root's mkdocs.yml (docs/) into `site`. mkdocs.yml makes a link to a
+    missing page or anchor, and a page left out of the nav, a warning; --strict fails the build on any warning."""
+    steps = steps or Steps()
+    binary = which("mkdocs")
+    if binary is None:
+        raise AscendImagesError("mkdocs is not installed: pip install -e '.[lint]'")
+    with steps.step("mkdocs"):
+        result = subprocess.run([binary, "build", "--strict", "--config-file", str(root / "mkdocs.yml"),
+                                 "--site-dir", str(site)], capture_output=True, text=True, cwd=root)
+    out(f"mkdocs: {'built' if result.returncode == 0 else 'FINDINGS'} ({site})")
+    if result.returncode:
+        # its warnings and errors (with the lines that continue them), not its INFO lines
+        said = [line for line in (result.stderr + result.stdout).splitlines()
+                if line.strip() and not line.startswith("INFO")]
+        out("\n".join(said) or f"mkdocs exited {result.returncode}")
+    return result.returncode

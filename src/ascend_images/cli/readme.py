@@ -1,6 +1,8 @@
-"""`invoke readme`: README's counts and lists made from the matrix and the tree, between markers
-(`<!-- generated:NAME -->` ... `<!-- /generated:NAME -->`), so they cannot drift from what they describe; `--check`
-fails when README says otherwise. Only what the tree can say is generated; the prose around it stays hand-written.
+"""`invoke readme`: the counts, lists and tables of README.md and the manual (docs/*.md) made from the matrix, the
+tree and the command line, between markers (`<!-- generated:NAME -->` ... `<!-- /generated:NAME -->`), so they cannot
+drift from what they describe; `--check` fails when a document says otherwise. Each section is found in whichever
+document holds it (once across them all), so text can move between pages with its markers. Only what the tree can say
+is generated; the prose around it stays hand-written.
 """
 
 from __future__ import annotations
@@ -79,61 +81,125 @@ def ci_costs(matrix: Matrix, root: Path) -> str:
 
 SECTIONS: dict[str, Callable[[Matrix, Path], str]] = {"releases": releases, "locks": locks, "rendered": rendered,
                                                       "flags": flags, "ci-costs": ci_costs}
+# what each section says, for the line that says it drifted (the command line's sections: cli/clidoc.py)
+SOURCES = {"releases": "the matrix", "locks": "locks/", "rendered": "rendered/", "flags": "the command line",
+           "ci-costs": "ci-costs.json", "program": "the command line", "tasks": "the command line",
+           "exit-codes": "the command line"}
+DOCS = "docs"
+OPEN = re.compile(r"<!-- generated:(?P<name>[a-z-]+) -->")
+CLOSE = re.compile(r"<!-- /generated:(?P<name>[a-z-]+) -->")
 
 
-def regenerate(text: str, sections: dict[str, Callable[[], str]], document: str = "README") -> str:
-    """The text with every generated section made anew; a marker no generator knows, or a section missing, is an
-    error naming the document."""
-    found = {m["name"] for m in SECTION.finditer(text)}
-    if unknown := found - set(sections):
-        raise AscendImagesError(f"{document} has markers no generator knows: {', '.join(sorted(unknown))}; "
-                                f"known: {', '.join(sections)}")
-    if missing := set(sections) - found:
-        raise AscendImagesError(f"{document} lacks the generated sections {', '.join(sorted(missing))}: add "
-                                f"'<!-- generated:NAME -->' and '<!-- /generated:NAME -->' lines where each goes")
+def _label(path: Path, root: Path) -> str:
+    """A document as a message names it: relative to the project (README.md, docs/locks.md), else as given."""
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def documents(readme: Path, docs: Path) -> list[Path]:
+    """The documents that may hold generated sections: README and every page of the manual."""
+    return [readme, *(page for page in sorted(docs.glob("*.md")) if page.resolve() != readme.resolve())]
+
+
+def place(texts: dict[str, str], known: set[str]) -> dict[str, list[str]]:
+    """Which document (by label) holds each generated section. Every section is opened and closed once in one
+    document, across them all; an unclosed or stray marker, a section twice, a marker no generator knows or a section
+    no document holds is an error naming the document(s)."""
+    where: dict[str, list[str]] = {}
+    for label, text in texts.items():
+        opened = [m["name"] for m in OPEN.finditer(text)]
+        closed = [m["name"] for m in CLOSE.finditer(text)]
+        if unknown := sorted(set(opened + closed) - known):
+            raise AscendImagesError(f"{label} has markers no generator knows: {', '.join(unknown)}; "
+                                    f"known: {', '.join(sorted(known))}")
+        for name in sorted(set(opened) | set(closed)):
+            if opened.count(name) != closed.count(name):
+                raise AscendImagesError(
+                    f"{label}: the generated section {name} is opened {opened.count(name)} time(s) and closed "
+                    f"{closed.count(name)}: each needs one '<!-- generated:{name} -->' line and one "
+                    f"'<!-- /generated:{name} -->' line after it")
+            if opened.count(name) > 1:
+                raise AscendImagesError(f"{label} holds the generated section {name} {opened.count(name)} times: "
+                                        "keep one")
+            where.setdefault(name, []).append(label)
+        if sum(1 for _ in SECTION.finditer(text)) != len(set(opened)):
+            raise AscendImagesError(f"{label}: a generated section's markers are out of order or not on lines of "
+                                    f"their own ({', '.join(sorted(set(opened)))})")
+    if twice := {name: labels for name, labels in where.items() if len(labels) > 1}:
+        name, labels = sorted(twice.items())[0]
+        raise AscendImagesError(f"the generated section {name} is in {' and '.join(labels)}: keep it in one of them")
+    if missing := sorted(known - set(where)):
+        raise AscendImagesError(f"no document holds the generated sections {', '.join(missing)} (looked in "
+                                f"{', '.join(texts)}): add '<!-- generated:NAME -->' and '<!-- /generated:NAME -->' "
+                                "lines where each goes")
+    held: dict[str, list[str]] = {}
+    for name, (label,) in sorted(where.items()):
+        held.setdefault(label, []).append(name)
+    return {label: held[label] for label in texts if label in held}
+
+
+def regenerate(text: str, sections: dict[str, Callable[[], str]]) -> str:
+    """The text with each of its generated sections made anew."""
     return SECTION.sub(lambda m: f"{m[1]}{sections[m['name']]()}\n{m[4]}", text)
 
 
-@task(name="readme", help={"check": "only compare: print the difference and exit 1 when README or docs/cli.md says "
-                                    "otherwise than the tree",
+@task(name="readme", help={"check": "only compare: print the difference and exit 1 when README.md or a page of docs/ "
+                                    "says otherwise than the tree",
                            "readme": "the README to regenerate (default: the project's README.md)",
-                           "cli_doc": "the command-line reference to regenerate (default: the project's docs/cli.md)",
+                           "docs": "the manual's directory, whose *.md pages are regenerated too (default: the "
+                                   "project's docs/)",
                            "matrix": MATRIX_HELP})
-def readme_task(c, check=False, readme=None, cli_doc=None, matrix=None):
-    """Regenerate README's generated sections (releases, locks, rendered/, short flags) and docs/cli.md (tasks, flags,
-    exit codes) from the matrix, the tree and the command line itself."""
-    from ascend_images.cli import clidoc
+def readme_task(c, check=False, readme=None, docs=None, matrix=None):
+    """Regenerate the generated sections of README.md and the manual's pages (docs/*.md: releases, locks, rendered/,
+    CI costs, short flags; docs/cli.md's tasks, flags and exit codes) from the matrix, the tree and the command line."""
     from ascend_images.cli.options import checked_path
 
     path = run_body(checked_path, "--readme", project_path(readme, "README.md"), "file")
-    reference = run_body(checked_path, "--cli-doc", project_path(cli_doc, clidoc.PATH), "file")
-    sel = Selection(matrix)
-    codes = [run_body(write_readme, sel, print, path, check=check),
-             run_body(write_document, reference, clidoc.SECTIONS, print, check=check, what="the command line",
-                      document=clidoc.PATH)]
-    exit_with(max(codes))
+    manual = run_body(checked_path, "--docs", project_path(docs, DOCS), "dir")
+    exit_with(run_body(write_documents, Selection(matrix), print, documents(path, manual), check=check))
 
 
-def write_readme(sel: Selection, out: Out, path: Path, root: Path = PROJECT_ROOT, check: bool = False) -> int:
-    """Rewrite README's generated sections, or (check) say how they differ from the tree and fail."""
-    matrix = sel.load()
-    sections = {name: (lambda make=make: make(matrix, root)) for name, make in SECTIONS.items()}
-    return write_document(path, sections, out, check=check, what="the matrix and the tree")
+def all_sections(sel: Selection, root: Path = PROJECT_ROOT) -> dict[str, Callable[[], str]]:
+    """Every generated section by name: the matrix's and the tree's (the matrix loaded once, when first asked), and
+    the command line's (cli/clidoc.py)."""
+    from functools import cache
+
+    from ascend_images.cli import clidoc
+
+    load = cache(sel.load)
+    made = {name: (lambda make=make: make(load(), root)) for name, make in SECTIONS.items()}
+    return {**made, **clidoc.SECTIONS}
 
 
-def write_document(path: Path, sections: dict[str, Callable[[], str]], out: Out, *, check: bool = False,
-                   what: str = "the tree", document: str = "README") -> int:
-    """Rewrite a document's generated sections, or (check) say how they differ from `what` and fail."""
-    text = path.read_text(encoding="utf-8")
-    new = regenerate(text, sections, document)
+def write_documents(sel: Selection, out: Out, paths: list[Path], root: Path = PROJECT_ROOT,
+                    check: bool = False) -> int:
+    """Rewrite the generated sections wherever they are, or (check) say how they differ from the tree and fail."""
+    sections = all_sections(sel, root)
+    texts = {_label(path, root): path.read_text(encoding="utf-8") for path in paths}
+    paths_by_label = dict(zip(texts, paths, strict=True))
+    status = 0
+    for label, names in place(texts, set(sections)).items():
+        status |= write_document(paths_by_label[label], texts[label], sections, out, check=check, names=names)
+    return status
+
+
+def write_document(path: Path, text: str, sections: dict[str, Callable[[], str]], out: Out, *, check: bool = False,
+                   names: list[str] | None = None) -> int:
+    """Rewrite one document's generated sections, or (check) say how they differ and fail."""
+    new = regenerate(text, sections)
     if new == text:
         out(f"{path}: generated sections up to date")
         return 0
     if check:
+        drifted = [m["name"] for m, n in zip(SECTION.finditer(text), SECTION.finditer(new), strict=True)
+                   if m["body"] != n["body"]]
         out("".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), str(path),
                                          f"{path} (from the tree)")))
-        out(f"{path}: generated sections differ from {what}; run: invoke readme")
+        said = ", ".join(f"{name}: {SOURCES.get(name, 'the tree')}" for name in drifted)
+        out(f"{path}: generated sections differ from what they describe ({said}); run: invoke readme")
         return 1
     path.write_text(new, encoding="utf-8")
-    out(f"{path}: generated sections rewritten")
+    out(f"{path}: generated sections rewritten ({', '.join(names or [])})")
     return 0
