@@ -75,6 +75,8 @@ def flag_argv(*groups: object) -> list[str]:
     argv: list[str] = []
     for group in groups:
         for item in dataclasses.fields(group):  # type: ignore[arg-type]
+            if item.metadata.get("flag", True) is False:  # how a task spells a flag, not one itself
+                continue
             value = getattr(group, item.name)
             flag = f"--{item.name.replace('_', '-')}"
             if value is True:
