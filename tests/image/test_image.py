@@ -144,7 +144,7 @@ def test_tuned_defaults_exact(host, image, variant, shell):
 @pytest.mark.parametrize("shell", list(SHELLS))
 def test_no_duplicate_path_entries(host, shell):
     seen = shell_env(host, shell)
-    for name in PATH_LIKE & set(seen):
+    for name in set(PATH_LIKE) & set(seen):
         entries = seen[name].split(":")
         assert "" not in entries, f"empty entry (= working directory) in {name} under {shell}"
         assert len(entries) == len(set(entries)), f"duplicates in {name} under {shell}: {seen[name]}"

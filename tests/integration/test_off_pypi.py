@@ -148,13 +148,16 @@ def test_the_stage_installs_it_no_deps_before_the_lock_and_waives_only_it(tmp_pa
     ctx, files = renderer.context(stage, Sources(CannSource("url", strict=False), ArtifactSource(artifacts)))
     text = renderer.render_text(stage, ctx)
     sha = hashlib.sha256((artifacts / WHEEL).read_bytes()).hexdigest()
-    # fetched as a file, checked, and installed with the stage's other wheels, natively (--no-deps, as every one)
-    fetch = text.index(f"${{ASCEND_BUILD_SERVER}}/artifacts/{WHEEL}#{sha} /tmp/ascend-install/wheels/{WHEEL}")
+    # fetched as a file from the build's inputs, checked against its pin (a build arg whose default is the sha256),
+    # and installed with the stage's other wheels, natively (--no-deps, as every one)
+    arg = "SHA256_TRITON_ASCEND_3_2_2_CP311_CP311_MANYLINUX_2_27_AARCH64_MANYLINUX_2_28_AARCH64_WHL"  # the file's name
+    assert f"\nARG {arg}={sha}\n" in text
+    fetch = text.index(f"/run/ascend-images/artifacts/{WHEEL}#${{{arg}}} /tmp/ascend-install/wheels/{WHEEL}")
     assert fetch < text.index("install-packages /usr/local/python aarch64-manylinux_2_35 /tmp/ascend-install")
     assert "triton-ascend" not in files["install.txt"].decode()  # not a file of the wheel store: PyPI lacks it
     assert "pip-check --no-deps triton-ascend==3.2.2" in text and "pip-check" in files
     assert 'io.ascend-images.test-double="off-pypi-wheels"' in text  # a double served it: never published
-    assert f'\\"{WHEEL}\\":\\"{sha}\\"' in text  # the downloads label: what publish checks against pins.yaml
+    assert f'\\"{WHEEL}\\":\\"${{{arg}}}\\"' in text  # the downloads label: what publish checks against pins.yaml
 
 
 # --- SGLang from its git tag: the committed NPU dependency list, checked against the archive where it is at hand ---
