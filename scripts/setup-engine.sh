@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Docker engine the builds need (issue 52): dockerd >= 26 (BuildKit >= 0.13) with the buildx plugin and the
-# containerd image store, without which the docker driver has no OCI export with rewrite-timestamp and --load, no
+# containerd image store, without which the docker driver has no OCI image export (the builds' --output), no
 # registry cache export and no multi-platform builds. scripts/setup-host.sh calls it; it runs on its own too:
 #
 #   bash scripts/setup-engine.sh                   packages when needed, daemon.json, dockerd started, the check
@@ -194,7 +194,9 @@ containerd_store() {
     echo off
   fi
 }
-# merges features.containerd-snapshotter: true into daemon.json, every other key kept; says what it did
+# merges features.containerd-snapshotter: true into daemon.json, and a cap on BuildKit's cache where daemon.json sets
+# none (builder.gc: without it the cache of a day's builds filled a 100 GB disk here), every other key kept; says
+# what it did
 write_config() {
   command -v python3 >/dev/null 2>&1 || die "python3 is needed to edit $daemon_json: apt-get install python3, then run again"
   python3 - "$daemon_json" <<'PY'
@@ -212,17 +214,24 @@ except json.JSONDecodeError as exc:
 if not isinstance(config, dict) or not isinstance(config.get("features", {}), dict):
     sys.exit(f"setup-engine: {path} is not a JSON object with an object 'features': fix it, then run again")
 features = config.setdefault("features", {})
-if features.get("containerd-snapshotter") is True:
-    print(f"{path} has features.containerd-snapshotter: true already")
+said = []
+if features.get("containerd-snapshotter") is not True:
+    was = features.get("containerd-snapshotter", "not set")
+    features["containerd-snapshotter"] = True
+    said.append(f"features.containerd-snapshotter: true (was {json.dumps(was) if was != 'not set' else was})")
+added_builder = "builder" not in config
+if added_builder:
+    config["builder"] = {"gc": {"enabled": True, "defaultKeepStorage": "20GB"}}
+    said.append("builder.gc: BuildKit's cache kept under 20GB")
+if not said:
+    print(f"{path} has features.containerd-snapshotter: true and a builder section already")
     sys.exit(0)
-was = features.get("containerd-snapshotter", "not set")
-features["containerd-snapshotter"] = True
 path.parent.mkdir(parents=True, exist_ok=True)
 temporary = path.with_name(path.name + ".ascend-images.tmp")
 temporary.write_text(json.dumps(config, indent=2) + "\n")
 os.replace(temporary, path)
-print(f"{path}: features.containerd-snapshotter: true (was {json.dumps(was) if was != 'not set' else was}; "
-      f"other keys kept: {', '.join(k for k in config if k != 'features') or 'none'})")
+kept = ", ".join(k for k in config if k != "features" and not (k == "builder" and added_builder))
+print(f"{path}: {'; '.join(said)} (other keys kept: {kept or 'none'})")
 PY
 }
 systemd_unit() { [ -d /run/systemd/system ] && systemctl cat docker.service >/dev/null 2>&1; }
@@ -273,7 +282,7 @@ else
   store=$(containerd_store)
   why=()
   version_ge "$running" "$MIN_ENGINE" || why+=("it is dockerd ${running:-of unknown version}, older than $MIN_ENGINE (the installed one is $engine)")
-  [ "$store" = on ] || why+=("its containerd image store is off (the builds' OCI export with rewrite-timestamp and --load, registry cache export and multi-platform builds need it)")
+  [ "$store" = on ] || why+=("its containerd image store is off (the builds' OCI image export, registry cache export and multi-platform builds need it)")
   if [ "${#why[@]}" -gt 0 ]; then
     reason=$(IFS=';'; printf '%s' "${why[*]}" | sed 's/;/; /g')
     if [ "$restart" != 1 ]; then

@@ -322,7 +322,8 @@ def test_engine_refuses_to_restart_a_running_engine_unless_allowed(fake_engine):
     assert said.splitlines()[-1].endswith("engine: dockerd 26.1.5, buildx 0.13.1, containerd image store on"), said
     assert sh(debian_root, "pidof dockerd")[1].strip() not in ("", pid)
     code, said = sh(debian_root, "python3 -c 'import json; print(json.load(open(\"/fake/daemon.json\")))'")
-    assert said.strip() == "{'log-level': 'warn', 'features': {'containerd-snapshotter': True}}", said
+    assert said.strip() == ("{'log-level': 'warn', 'features': {'containerd-snapshotter': True}, "
+                            "'builder': {'gc': {'enabled': True, 'defaultKeepStorage': '20GB'}}}"), said
 
     # ready: nothing written, nothing restarted
     code, said = sh(debian_root, FAKE_ENV + "bash scripts/setup-engine.sh 2>&1")
@@ -335,10 +336,12 @@ def test_engine_started_by_the_script_gets_the_containerd_store(fake_engine):
     sh(debian_root, """printf '{"features": {"buildkit": true}, "debug": false}' >/fake/daemon.json""")
     code, said = sh(debian_root, FAKE_ENV + "bash scripts/setup-engine.sh 2>&1")
     assert code == 0, said
-    assert "features.containerd-snapshotter: true (was not set; other keys kept: debug)" in said, said
+    assert ("features.containerd-snapshotter: true (was not set); builder.gc: BuildKit's cache kept under 20GB "
+            "(other keys kept: debug)") in said, said
     assert sh(debian_root, "cat /fake/starts")[1] == "on\n"  # started once, with the store on
     code, said = sh(debian_root, "python3 -c 'import json; print(json.load(open(\"/fake/daemon.json\")))'")
-    assert said.strip() == "{'features': {'buildkit': True, 'containerd-snapshotter': True}, 'debug': False}", said
+    assert said.strip() == ("{'features': {'buildkit': True, 'containerd-snapshotter': True}, 'debug': False, "
+                            "'builder': {'gc': {'enabled': True, 'defaultKeepStorage': '20GB'}}}"), said
 
 
 def test_engine_bad_input_is_one_line(fake_engine):
