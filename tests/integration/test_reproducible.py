@@ -12,6 +12,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,7 @@ def build_twice(dockerfile: str, context: Path) -> tuple[str, str]:
                                 capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         tags.append(tag)
+        time.sleep(1.1)  # the second build a clock second later, always
     return tags[0], tags[1]
 
 
@@ -69,8 +71,16 @@ def remove(*tags: str) -> None:
     subprocess.run(["docker", "rmi", "-f", *tags], capture_output=True)
 
 
-STEP = (f"FROM ascend-images/os:debian12-{HOST}\nARG SOURCE_DATE_EPOCH\nCOPY clamp-mtimes /usr/local/bin/\n"
+# as the rendered Dockerfiles add their own files (images/common/partials/image-files.j2): staged at their path under
+# /out with the build's time on every file and directory, then copied onto /
+STEP = (f"FROM ascend-images/os:debian12-{HOST} AS image-files\nARG SOURCE_DATE_EPOCH\n"
+        "COPY clamp-mtimes /out/tools/usr/local/bin/clamp-mtimes\n"
+        'RUN chmod -R go-w /out && find /out -exec touch -h -d "@${{SOURCE_DATE_EPOCH}}" {{}} +\n'
+        f"FROM ascend-images/os:debian12-{HOST}\nARG SOURCE_DATE_EPOCH\nCOPY --from=image-files /out/tools/ /\n"
         "RUN clamp-mtimes --begin && {} && clamp-mtimes\n")
+# the purpose-broken way: a file copied from the context straight into a directory the image has
+STRAIGHT_COPY = (f"FROM ascend-images/os:debian12-{HOST}\nARG SOURCE_DATE_EPOCH\nCOPY clamp-mtimes /usr/local/bin/\n"
+                 "RUN clamp-mtimes --begin && {} && clamp-mtimes\n")
 
 
 def test_a_step_that_clamps_its_times_gives_the_same_image_twice(tmp_path):
@@ -78,6 +88,18 @@ def test_a_step_that_clamps_its_times_gives_the_same_image_twice(tmp_path):
     try:
         found = compare(ImageOn(a), ImageOn(b), tmp_path / "work")
         assert found.same, found.summary()
+    finally:
+        remove(a, b)
+
+
+def test_a_file_copied_straight_into_the_image_gives_a_layer_of_its_own_each_build(tmp_path):
+    """Why the rendered Dockerfiles stage their own files: BuildKit's COPY gives the directory a file lands in the
+    clock's time (a second apart here), whatever SOURCE_DATE_EPOCH says."""
+    a, b = build_twice(STRAIGHT_COPY.format("true"), tmp_path)
+    try:
+        found = compare(ImageOn(a), ImageOn(b), tmp_path / "work")
+        assert found.differing == [1], found.summary()  # the OS layer, then the COPY
+        assert "usr/local/bin/" in found.report, found.report
     finally:
         remove(a, b)
 

@@ -84,3 +84,32 @@ def test_the_bake_file_chains_the_stages_and_takes_its_inputs_as_variables():
     assert targets["cann--9_0_0-a3-debian12-py3_11-arm64"]["contexts"] == {
         "ascend-images/cann-install:9.0.0-a3-debian12-py3.11-arm64":
             "target:cann-install--9_0_0-a3-debian12-py3_11-arm64"}  # mounts no input
+
+
+def context_copies_into_the_image(dockerfile: str) -> list[str]:
+    """The COPY and ADD lines of the image's own stage (after the last FROM) that take from the build context, not
+    from a stage of the build: BuildKit gives the directory such a file lands in the clock's time, so the layer's
+    digest changes with every build (tests/integration/test_reproducible.py shows it on a real engine)."""
+    own = dockerfile.rsplit("\nFROM ", 1)[-1]
+    return [line for line in own.splitlines() if line.startswith(("COPY ", "ADD ")) and "--from=" not in line]
+
+
+def test_no_committed_dockerfile_copies_from_the_context_into_the_image():
+    dockerfiles = sorted((ROOT / "rendered").glob("*/Dockerfile"))
+    assert len(dockerfiles) > 20
+    found = {path.parent.name: context_copies_into_the_image(path.read_text()) for path in dockerfiles}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+    # each of them stages its files first (images/common/partials/image-files.j2), time and mode set in one step
+    for path in dockerfiles:
+        text = path.read_text()
+        if "--from=image-files" in text:
+            assert " AS image-files\n" in text and 'touch -h -d "@${SOURCE_DATE_EPOCH}"' in text, path
+
+
+def test_the_check_sees_a_copy_straight_into_the_image():
+    text = (ROOT / "rendered/cann--9.0.0-a3-debian12-py3.11-arm64/Dockerfile").read_text()
+    assert context_copies_into_the_image(text) == []
+    broken = text.replace("COPY --from=image-files /out/config/ /", "COPY etc/ /etc/ascend-images/")
+    assert context_copies_into_the_image(broken) == ["COPY etc/ /etc/ascend-images/"]
+    # a stage before the last may copy from the context: only the image's own stage makes its layers
+    assert context_copies_into_the_image("FROM a AS s\nCOPY x /y\nFROM b\nCOPY --from=s /y /y\n") == []
