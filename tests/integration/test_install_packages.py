@@ -18,6 +18,7 @@ SITE = f"/out{PYTHON_PREFIX}/lib/python3.11/site-packages"
 # PEP 552: the pyc header's second word; bit 0 = hash-based, bit 1 = check the source
 READ_FLAGS = (f"import sys; d = open('{SITE}/probe_pkg/__pycache__/__init__.cpython-311.pyc', 'rb').read(); "
               "print('pyc-flags=%d' % int.from_bytes(d[4:8], 'little'))")
+DIST_INFO = f"{SITE}/probe_pkg-1.0.dist-info"
 EPOCH = 1795824000  # written out by hand: 2026-11-28T00:00:00Z
 NEWER = (f"echo newer=$(find /out -newermt @{EPOCH} | wc -l) "
          f"at-epoch=$(find /out ! -newermt @{EPOCH} -newermt @{EPOCH - 1} | wc -l)")
@@ -50,7 +51,8 @@ def run_install(docker_client, native_tool, tmp_path, stored_under: str | None =
     (store / stored_sha256 / wheel.name).write_bytes(wheel.read_bytes())
     (bench / "install.txt").write_text(f"probe-pkg==1.0 --hash=sha256:{sha256}\n")
     script = (f"/usr/local/libexec/ascend-images/install-packages {PYTHON_PREFIX} aarch64-manylinux_2_35 /bench "
-              f"&& python3 -c \"{READ_FLAGS}\" && {NEWER}")
+              f"&& python3 -c \"{READ_FLAGS}\" && {NEWER} && echo dist-info=$(ls {DIST_INFO} | tr '\\n' ,) "
+              f"&& sed 's/^/record: /' {DIST_INFO}/RECORD")
     return docker_client.containers.run(
         native_tool, ["sh", "-c", script], remove=True, network_mode="host", stderr=True,
         environment={"SOURCE_DATE_EPOCH": str(EPOCH)},
@@ -69,6 +71,13 @@ def test_it_installs_from_the_store_compiles_checked_hash_pyc_and_times_both_ste
     # nothing the image gets is newer than SOURCE_DATE_EPOCH, and its files (a dozen) have exactly that time
     times = re.search(r"newer=(\d+) at-epoch=(\d+)", text)
     assert times and times.group(1) == "0" and int(times.group(2)) >= 10, text[-1500:]
+    # what uv adds to a dist-info but its note of when it installed it (uv_cache.json, a clock time), and RECORD
+    # lists just what is there
+    assert "dist-info=INSTALLER,METADATA,RECORD,REQUESTED,WHEEL,\n" in text, text[-1500:]
+    record = sorted(line.removeprefix("record: ").split(",")[0] for line in text.splitlines()
+                    if line.startswith("record: probe_pkg-1.0.dist-info/"))
+    assert record == [f"probe_pkg-1.0.dist-info/{name}" for name in ("INSTALLER", "METADATA", "RECORD", "REQUESTED",
+                                                                      "WHEEL")], text[-1500:]
 
 
 def test_a_store_file_under_another_sha256_is_not_installed(docker_client, native_tool, tmp_path):
