@@ -139,10 +139,28 @@ def test_render_is_deterministic(matrix, tmp_path):
     _, first = render_all(matrix, tmp_path / "a", url_sources(), device="a3", backend="sglang")
     _, second = render_all(matrix, tmp_path / "b", url_sources(), device="a3", backend="sglang")
     for key, path in first.items():
-        a = sorted((p.relative_to(path), p.read_bytes(), p.stat().st_mtime) for p in path.rglob("*") if p.is_file())
-        b = sorted((p.relative_to(second[key]), p.read_bytes(), p.stat().st_mtime)
+        a = sorted((p.relative_to(path), p.read_bytes(), p.stat().st_mode) for p in path.rglob("*") if p.is_file())
+        b = sorted((p.relative_to(second[key]), p.read_bytes(), p.stat().st_mode)
                    for p in second[key].rglob("*") if p.is_file())
         assert a == b, key
+
+
+def test_a_context_written_again_has_new_file_times(matrix, tmp_path):
+    """BuildKit sends a context's file again only when its size or time changed (moby/buildkit#2592): a file of the
+    same size with other content must not keep its time, or the build bakes the old one."""
+    import time
+
+    renderer = Renderer()
+    (variant,) = select(matrix, device="a3", backend="sglang", arch="aarch64")
+    stage = make_plan([variant], PlanOptions(url_sources().cann)).top(variant)
+    ctx, files = renderer.context(stage, url_sources())
+    before = renderer.write(stage, tmp_path, ctx, files) / "etc/env.json"
+    written = before.stat().st_mtime_ns
+    time.sleep(0.05)
+    files["etc/env.json"] = files["etc/env.json"].replace(b"1", b"2")  # the same size
+    after = renderer.write(stage, tmp_path, ctx, files) / "etc/env.json"
+    assert after.read_bytes() == files["etc/env.json"] and after.stat().st_size == len(files["etc/env.json"])
+    assert after.stat().st_mtime_ns > written
 
 
 def test_shared_stage_context_does_not_depend_on_the_release(matrix, tmp_path):

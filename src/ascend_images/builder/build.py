@@ -265,8 +265,7 @@ class Builder:
         # the same content under another tag: claim both, wait for the holder, then reuse what it built.
         with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
             ctx, files = self.renderer.context(stage, self.settings.sources)
-            context = self.renderer.write(stage, self.context_dir, ctx, files,
-                                          mtime=self.settings.source_date.epoch)
+            context = self.renderer.write(stage, self.context_dir, ctx, files)
             dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
             args = self._args(dockerfile)
             given_args = {k: self._image_id(v) or v for k, v in args.items()}
@@ -351,7 +350,7 @@ class Builder:
         """The `installer` build stage of a locked stage's Dockerfile (its native tool: the build host's Python and uv
         with the install scripts) as an image named `name`, for measuring what it does (bench/install.py)."""
         ctx, files = self.renderer.context(stage, self.settings.sources)
-        context = self.renderer.write(stage, self.context_dir, ctx, files, mtime=self.settings.source_date.epoch)
+        context = self.renderer.write(stage, self.context_dir, ctx, files)
         dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
         self._fill_store(f"[native tool of {stage.kind}]", ctx)
         build = buildx.BuildxBuild(context, self._platform(stage), args=self._args(dockerfile),

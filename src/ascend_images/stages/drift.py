@@ -76,7 +76,7 @@ def render_all(matrix: Matrix) -> Files:
         for stage in plan.stages:
             ctx, files = renderer.context(stage, sources)
             dockerfiles[stage.slug] = HEADER + renderer.render_text(stage, ctx)
-            context = renderer.write(stage, Path(tmp), ctx, files, dockerfiles[stage.slug], mtime=epoch)
+            context = renderer.write(stage, Path(tmp), ctx, files, dockerfiles[stage.slug])
             for path in sorted(p for p in context.rglob("*") if p.is_file()):
                 out[f"{stage.slug}/{path.relative_to(context).as_posix()}"] = \
                     (path.read_bytes(), stat.S_IMODE(path.stat().st_mode))

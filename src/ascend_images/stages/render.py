@@ -7,7 +7,6 @@ name and renamed into place only when complete, so a failed render never looks f
 from __future__ import annotations
 
 import functools
-import os
 import shlex
 import shutil
 import tempfile
@@ -24,8 +23,6 @@ from ascend_images.stages.contexts import DOWNLOADS_LABEL, INSTALLER_FILES, INST
 from ascend_images.stages.kinds import KINDS, stage_doubles, stage_label_version, stage_labels
 from ascend_images.stages.names import TEST_DOUBLE_LABEL
 from ascend_images.stages.stage import Stage
-
-FIXED_MTIME = 946684800  # 2000-01-01: file times must not make two renders differ
 
 
 def dockerfile_value(value: str, expands: bool = False) -> str:
@@ -179,10 +176,12 @@ class Renderer:
         return env.get_template(name).render(**ctx)
 
     def write(self, stage: Stage, out_dir: Path, ctx: dict[str, Any], files: dict[str, bytes],
-              dockerfile: str | None = None, mtime: int = FIXED_MTIME) -> Path:
+              dockerfile: str | None = None) -> Path:
         """Write the context to out_dir/<slug>; atomic: a temp dir renamed into place. `dockerfile` is the
-        already rendered text, when the caller rendered it first. Every file gets `mtime` (a build's
-        SOURCE_DATE_EPOCH: COPY keeps a file's time in the layer)."""
+        already rendered text, when the caller rendered it first. The files keep the time they were written at:
+        BuildKit sends a context's file again only when its size or time changed (moby/buildkit#2592, #4817), so
+        one time for every render baked a changed file of the same size stale; the images never see these times
+        (images/common/partials/image-files.j2 gives what they copy SOURCE_DATE_EPOCH)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / stage.slug
         if dockerfile is None:
@@ -198,8 +197,6 @@ class Renderer:
                 source = self.images_dir / "common" / INSTALLER_FILES.get(rel, rel)
                 if source.is_file():
                     path.chmod(source.stat().st_mode & 0o777)
-            for path in [tmp, *tmp.rglob("*")]:
-                os.utime(path, (mtime, mtime), follow_symlinks=False)
             if target.exists():
                 shutil.rmtree(target)
             tmp.rename(target)
