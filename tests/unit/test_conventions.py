@@ -26,17 +26,16 @@ from .helpers import ROOT
 
 # --- XDG_CACHE_HOME ------------------------------------------------------------------------------------------------
 def test_the_caches_live_under_xdg_cache_home(monkeypatch, tmp_path):
-    from ascend_images.inputs.cache import default_built_wheels, default_cache
+    from ascend_images.inputs.cache import default_cache
     from ascend_images.inputs.download import host_cache
     from ascend_images.inputs.wheelstore import default_store
 
-    for name in ("ASCEND_IMAGES_CACHE", "ASCEND_IMAGES_WHEELS", "ASCEND_IMAGES_BUILT_WHEELS"):
+    for name in ("ASCEND_IMAGES_CACHE", "ASCEND_IMAGES_WHEELS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     mine = tmp_path / "xdg" / "ascend-images"
     assert default_cache() == mine / "downloads"
     assert default_store() == mine / "wheels"
-    assert default_built_wheels() == mine / "built-wheels"
     assert host_cache("test") == mine / "test"  # the test doubles' and kept registries' records
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # the XDG spec: a relative path is ignored
     assert default_cache() == Path.home() / ".cache" / "ascend-images" / "downloads"

@@ -36,11 +36,6 @@ from ascend_images.matrix.model import Matrix, Variant
 Out = Callable[[str], None]
 
 
-def default_built_wheels() -> Path:
-    """Where wheels compiled from locked sdists are kept between builds (the build server's /built-wheels/)."""
-    return host_cache("built-wheels", "ASCEND_IMAGES_BUILT_WHEELS")
-
-
 def default_cache() -> Path:
     return host_cache("downloads", "ASCEND_IMAGES_CACHE")
 
