@@ -1,5 +1,6 @@
 """Whether two builds of one image are the same image (DESIGN 24): the same digest, and where they are not, which
-layers differ and how, in diffoscope's words (the layers' uncompressed tars compared file by file).
+layers differ and how: each differing layer's entries listed by what differs in them (content, time, mode, owner;
+seconds even for a layer of GBs), then diffoscope's words on the content (bounded by its own --timeout).
 
 An image is read from the engine that has it (`docker save`, an OCI layout on a containerd image store), so the two
 may be on two engines: the host's and a second one that built from nothing, or a published image pulled and its
@@ -8,6 +9,7 @@ rebuild."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import shutil
 import subprocess
@@ -21,6 +23,8 @@ from ascend_images.errors import AscendImagesError
 from ascend_images.tools import which
 
 DIFFOSCOPE_LINES = 60  # of its text report per differing layer: enough to name what differs
+DIFFOSCOPE_SECONDS = 120  # per layer: diffoscope took over 5 minutes on a 1.4 GB layer and had not finished
+ENTRIES_SHOWN = 12  # differing entries named per layer
 
 
 @dataclass(frozen=True)
@@ -94,48 +98,90 @@ def config_difference(a: dict, b: dict) -> str:
 
 
 def _layer_tars(image: ImageOn, indexes: list[int], out: Path) -> dict[int, Path]:
-    """The layers of an image (by index) as uncompressed tars, from `docker save` (a docker or OCI layout)."""
-    save = subprocess.Popen(image.docker("save", image.ref), stdout=subprocess.PIPE)
-    blobs: dict[str, bytes] = {}
-    assert save.stdout is not None
-    with tarfile.open(fileobj=save.stdout, mode="r|") as archive:
-        for member in archive:
-            if member.isfile():
-                handle = archive.extractfile(member)
-                assert handle is not None
-                blobs[member.name] = handle.read()
-    if save.wait() != 0:
-        raise AscendImagesError(f"docker save {image} failed")
-    if "index.json" in blobs:  # OCI: index -> manifest (maybe through another index) -> layers
-        def blob(digest: str) -> bytes:
-            return blobs[f"blobs/sha256/{digest.split(':', 1)[1]}"]
-
-        manifest = json.loads(blob(json.loads(blobs["index.json"])["manifests"][0]["digest"]))
-        while "manifests" in manifest:
-            manifest = json.loads(blob(manifest["manifests"][0]["digest"]))
-        names = [blob(layer["digest"]) for layer in manifest["layers"]]
-    else:
-        (entry,) = json.loads(blobs["manifest.json"])
-        names = [blobs[name] for name in entry["Layers"]]
+    """The layers of an image (by index) as uncompressed tars, from `docker save` (a docker or OCI layout), written to
+    disk as they come (an image may be GBs)."""
+    saved = out / "image.tar"
+    with saved.open("wb") as handle:
+        if subprocess.run(image.docker("save", image.ref), stdout=handle).returncode != 0:
+            raise AscendImagesError(f"docker save {image} failed")
     written = {}
-    for index in indexes:
-        if index >= len(names):
-            continue
-        data = names[index]
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        path = out / f"layer-{index + 1}.tar"
-        path.write_bytes(data)
-        written[index] = path
+    with tarfile.open(saved) as archive:
+        def blob(name: str) -> bytes:
+            handle = archive.extractfile(name)
+            assert handle is not None
+            return handle.read()
+
+        if "index.json" in archive.getnames():  # OCI: index -> manifest (maybe through another index) -> layers
+            manifest = json.loads(blob(f"blobs/sha256/{json.loads(blob('index.json'))['manifests'][0]['digest'][7:]}"))
+            while "manifests" in manifest:
+                manifest = json.loads(blob(f"blobs/sha256/{manifest['manifests'][0]['digest'][7:]}"))
+            names = [f"blobs/sha256/{layer['digest'][7:]}" for layer in manifest["layers"]]
+        else:
+            (entry,) = json.loads(blob("manifest.json"))
+            names = list(entry["Layers"])
+        for index in indexes:
+            if index >= len(names):
+                continue
+            path = out / f"layer-{index + 1}.tar"
+            source = archive.extractfile(names[index])
+            assert source is not None
+            with source, path.open("wb") as target:
+                head = source.read(2)
+                source.seek(0)
+                shutil.copyfileobj(gzip.GzipFile(fileobj=source) if head == b"\x1f\x8b" else source, target)
+            written[index] = path
+    saved.unlink()
     return written
 
 
+def _entries(layer: Path) -> dict[str, tuple]:
+    """Each entry of a layer tar: what an image's file is made of (content, time, mode, owner, kind, link)."""
+    found = {}
+    with tarfile.open(layer) as archive:
+        for member in archive:
+            digest = ""
+            if member.isfile():
+                handle = archive.extractfile(member)
+                assert handle is not None
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            found[member.name] = (digest, member.mtime, oct(member.mode), f"{member.uid}:{member.gid}",
+                                  member.type, member.linkname, tuple(sorted(member.pax_headers.items())))
+    return found
+
+
+ASPECTS = ("content", "time", "mode", "owner", "kind", "link", "pax headers")
+
+
+def entry_differences(left: Path, right: Path, limit: int = ENTRIES_SHOWN) -> str:
+    """The entries two layer tars differ in, and in what: a count per aspect, then the first `limit` entries."""
+    a, b = _entries(left), _entries(right)
+    differing = [name for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name)]
+    if not differing:
+        return "the same entries (the tars differ in order or padding)"
+    counts: dict[str, int] = {}
+    lines = []
+    for name in differing:
+        if name not in a or name not in b:
+            aspects = [f"only in {'the first' if name in a else 'the second'}"]
+        else:
+            aspects = [aspect for aspect, x, y in zip(ASPECTS, a[name], b[name], strict=True) if x != y]
+        for aspect in aspects:
+            counts[aspect] = counts.get(aspect, 0) + 1
+        if len(lines) < limit:
+            shown = [f"{aspect} {a[name][1]} against {b[name][1]}" if aspect == "time" else aspect
+                     for aspect in aspects]
+            lines.append(f"  {name}: {', '.join(shown)}")
+    more = f"\n  ... and {len(differing) - limit} more" if len(differing) > limit else ""
+    tally = ", ".join(f"{n} {aspect}" for aspect, n in counts.items())
+    return f"{len(differing)} of {len(a)} entries differ ({tally}):\n" + "\n".join(lines) + more
+
+
 def diff_layers(a: ImageOn, b: ImageOn, indexes: list[int], work: Path,
-                run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
-    """diffoscope's text report of each differing layer, cut to DIFFOSCOPE_LINES lines each."""
+                run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                seconds: int = DIFFOSCOPE_SECONDS) -> str:
+    """Each differing layer: its entries by what differs in them, then diffoscope's text report on it (cut to
+    DIFFOSCOPE_LINES lines, and stopped by its own --timeout)."""
     tool = which("diffoscope")
-    if tool is None:
-        return "(diffoscope is not installed: `pip install diffoscope` shows what differs in each layer)"
     work.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="reproduce-", dir=work))
     try:
@@ -147,8 +193,13 @@ def diff_layers(a: ImageOn, b: ImageOn, indexes: list[int], work: Path,
             if index not in left or index not in right:
                 parts.append(f"layer {index + 1}: only in {a if index in left else b}")
                 continue
-            result = run([tool, "--text", "-", "--no-progress", str(left[index]), str(right[index])],
-                         capture_output=True, text=True, timeout=900)
+            parts.append(f"layer {index + 1}: {entry_differences(left[index], right[index])}")
+            if tool is None:
+                parts.append("  (diffoscope is not installed: `pip install diffoscope` shows how their contents "
+                             "differ)")
+                continue
+            result = run([tool, "--text", "-", "--no-progress", "--timeout", str(seconds), str(left[index]),
+                          str(right[index])], capture_output=True, text=True, timeout=seconds + 300)
             text = "\n".join(result.stdout.splitlines()[:DIFFOSCOPE_LINES])
             parts.append(f"layer {index + 1} (diffoscope):\n{text or result.stderr.strip()[-2000:]}")
         return "\n".join(parts)
