@@ -40,15 +40,18 @@ def probe_wheel(directory):
     return path
 
 
-def run_install(docker_client, native_tool, tmp_path, stored_under: str | None = None):
-    """install-packages on the probe wheel, stored under its sha256 (or under `stored_under`)."""
+def run_install(docker_client, native_tool, tmp_path, tampered: bool = False):
+    """install-packages on the probe wheel, stored under its sha256 (with one byte of it changed if `tampered`)."""
     store, bench = tmp_path / "store", tmp_path / "bench"
     bench.mkdir()
     wheel = probe_wheel(tmp_path)
     sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    stored_sha256 = stored_under or sha256
-    (store / stored_sha256).mkdir(parents=True)
-    (store / stored_sha256 / wheel.name).write_bytes(wheel.read_bytes())
+    data = wheel.read_bytes()
+    if tampered:  # a file the store holds under the lock's sha256 without hashing to it
+        data = data.replace(b"ANSWER = 42", b"ANSWER = 43")
+        assert hashlib.sha256(data).hexdigest() != sha256
+    (store / sha256).mkdir(parents=True)
+    (store / sha256 / wheel.name).write_bytes(data)
     (bench / "install.txt").write_text(f"probe-pkg==1.0 --hash=sha256:{sha256}\n")
     script = (f"/usr/local/libexec/ascend-images/install-packages {PYTHON_PREFIX} aarch64-manylinux_2_35 /bench "
               f"&& python3 -c \"{READ_FLAGS}\" && {NEWER} && echo dist-info=$(ls {DIST_INFO} | tr '\\n' ,) "
@@ -80,11 +83,11 @@ def test_it_installs_from_the_store_compiles_checked_hash_pyc_and_times_both_ste
                                                                       "WHEEL")], text[-1500:]
 
 
-def test_a_store_file_under_another_sha256_is_not_installed(docker_client, native_tool, tmp_path):
-    """The file is stored under a key it does not hash to: uv, which checks every file against the lock's sha256,
-    refuses it, and the stage fails rather than install an unpinned file."""
+def test_a_store_file_that_does_not_hash_to_its_pin_is_not_installed(docker_client, native_tool, tmp_path):
+    """The store holds the wheel under the lock's sha256, but its bytes were changed: uv, which checks every file
+    against the lock's sha256, refuses it, and the stage fails rather than install an unpinned file."""
     import docker.errors
 
     with pytest.raises(docker.errors.ContainerError) as caught:
-        run_install(docker_client, native_tool, tmp_path, stored_under="0" * 64)
+        run_install(docker_client, native_tool, tmp_path, tampered=True)
     assert "probe-pkg" in (caught.value.stderr or b"").decode(errors="replace")

@@ -310,7 +310,7 @@ def test_engine_refuses_to_restart_a_running_engine_unless_allowed(fake_engine):
     code, said = sh(debian_root, FAKE_ENV + "bash scripts/setup-engine.sh 2>&1")
     assert code == 1, said
     (line,) = [text for text in said.splitlines() if text.startswith("setup-engine:")]
-    for words in ("containerd image store is off", "the builds' OCI export", "/fake/daemon.json",
+    for words in ("containerd image store is off", "the builds' OCI image export", "/fake/daemon.json",
                   "ASCEND_IMAGES_ENGINE_RESTART=1", "graphdriver", "not visible after the switch"):
         assert words in line, line
     assert sh(debian_root, "cat /fake/daemon.json")[1] == '{"log-level": "warn"}\n'  # untouched
