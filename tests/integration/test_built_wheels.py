@@ -101,13 +101,15 @@ def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_bu
              "target=/var/cache/ascend-images/built-wheels")
     context = tmp_path / "context"
     context.mkdir()
-    (context / "Dockerfile").write_text(
-        f"FROM {base}\nRUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels {cache} \\\n"
-        f"    {line} && (cat /tmp/probe-backend-ran 2>/dev/null || true) && ls /wheels "
-        f"&& ls /var/cache/ascend-images/built-wheels/{key}\n")
     outputs = []
-    for _ in range(2):  # two builds, the layer cache ignored: only the cache mount is between them
-        result = subprocess.run(["docker", "buildx", "build", "--no-cache", "--progress", "plain", "--network", "host",
+    for build in range(2):  # two builds, only the cache mount between them
+        # each build's RUN line its own (`: build N`), so the second cannot take the first one's layer; not
+        # --no-cache, under which BuildKit gives every cache mount empty (seen with BuildKit 0.13)
+        (context / "Dockerfile").write_text(
+            f"FROM {base}\nRUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels {cache} \\\n"
+            f"    {line} && (cat /tmp/probe-backend-ran 2>/dev/null || true) && ls /wheels "
+            f"&& ls /var/cache/ascend-images/built-wheels/{key} && : build {build}\n")
+        result = subprocess.run(["docker", "buildx", "build", "--progress", "plain", "--network", "host",
                                  "--platform", f"linux/{TEST_DOCKER_ARCH}", "--build-context", f"wheels={store}",
                                  "--output", "type=cacheonly", str(context)],
                                 capture_output=True, text=True, timeout=900)
@@ -158,7 +160,7 @@ def native_build_line() -> str:
     ctx, text = rendered_stage("sglang")
     assert [b["what"] for b in ctx["packages"]["native_builds"]] == ["SGLang 0.5.17 from its source tree"]
     assert not ctx["packages"]["target_builds"] and " AS built" not in text  # no emulated build stage left
-    match = re.search(r"(/usr/local/libexec/ascend-images/build-env build-pure-wheel"
+    match = re.search(r"(/usr/local/libexec/ascend-images/build-env /usr/local/libexec/ascend-images/build-pure-wheel"
                       r" \\\n\s+\S+ \S+ /tmp/ascend-install/wheels"
                       r" \\\n\s+\S+ python pyproject_npu.toml 0.5.17)", text)
     assert match, "the SGLang stage builds its source tree natively no more"

@@ -494,3 +494,12 @@ def test_the_install_phase_measures_the_backend_stage_over_its_parent_with_its_i
     assert "cold_seconds" not in result and not any(b.settings.force for b in fake_bench.builders)
     steps = fake_bench.progress.getvalue().splitlines()
     assert [line.split(" ")[1] for line in steps] == ["1/11", "2/11"]  # the fixture's Steps counts all eleven
+
+
+def test_the_only_flags_help_names_every_phase():
+    """--help is where a user learns the phases: each one the bench runs is named there."""
+    from ascend_images.bench.run import PHASES
+    from ascend_images.cli.benchmark import bench
+
+    text = bench.help["only"]
+    assert [phase for phase in PHASES if phase not in text] == []

@@ -1,6 +1,6 @@
-"""A stage's content key is its content, its parent's image id and what else its build is given (the native stages'
-base, SOURCE_DATE_EPOCH, the builder's labels), never its name (DESIGN 14): the same stage rendered under two
-namespaces has one key; a change of content, parent or what it is given gives another."""
+"""A stage's content key is its content, its parent (by image id or content key) and what else its build is
+given (the native stages' base, SOURCE_DATE_EPOCH, the builder's labels), never its name (DESIGN 14): the same stage
+rendered under two namespaces has one key; a change of content, parent or what it is given gives another."""
 
 from __future__ import annotations
 

@@ -208,3 +208,20 @@ def test_a_task_that_fails_mid_step_leaves_no_live_line(voice):
     assert not console._drawing
     assert "\x1b[?25h" in out.getvalue() and out.getvalue().endswith("\x1b[2K")
     assert "publish 1/2 push r/x:1 (" not in out.getvalue()
+
+
+def test_a_stage_made_wholly_from_a_cache_counts_no_step_run(tmp_path):
+    """What a second engine's build through the registry cache reported (its log, by hand): the FROM resolves the
+    parent (DONE, never CACHED), the three RUN steps come from the cache. No step ran, so the stage is "every step
+    from the stage cache", not "built"; a RUN that does run still counts."""
+    with StageProgress("[2/4 cann-install]", tmp_path / "c.log", lambda line: None) as stage:
+        stage.event({"vertexes": [vertex("sha256:i", "[internal] load build definition from Dockerfile",
+                                         completed=True),
+                                  vertex("sha256:f", "[stage-0 1/4] FROM docker.io/ns/base:debian12@sha256:85d7",
+                                         completed=True)]})
+        for digest, n in (("sha256:r2", 2), ("sha256:r3", 3), ("sha256:r4", 4)):
+            stage.event({"vertexes": [vertex(digest, f"[stage-0 {n}/4] RUN true", started=False, cached=True)]})
+    assert (stage.steps_run, stage.steps_cached) == (0, 3)
+    with StageProgress("[2/4 cann-install]", tmp_path / "d.log", lambda line: None) as stage:
+        stage.event({"vertexes": [vertex("sha256:r2", "[stage-0 2/4] RUN true", completed=True)]})
+    assert (stage.steps_run, stage.steps_cached) == (1, 0)

@@ -83,14 +83,16 @@ class StageResult:
     wheels_downloaded: int = 0  # of those, fetched from an index for it (the rest were stored already)
 
 
-def content_key(context_dir: Path, parent_id: str, platform: str, namespace: str, given: tuple[str, ...] = ()) -> str:
-    """A stage's identity: its context and its parent's image id, never its name. The context names the parent by
-    tag (FROM, the base.name label), and the tag carries the namespace; the parent's image id already says which
-    image that is, so each `<namespace>/<stage repo>:` is hashed as one placeholder, and a selection built under
-    another namespace (or pulled from another machine) has the same keys."""
+def content_key(context_dir: Path, parent: str, platform: str, namespace: str, given: tuple[str, ...] = ()) -> str:
+    """A stage's identity: its context and its parent (an image from outside the plan by its id, a stage of the plan
+    by its content key), never its name. The context names the parent by tag (FROM, the base.name label), and the
+    tag carries the namespace; `parent` already says which image that is, so each `<namespace>/<stage repo>:` is
+    hashed as one placeholder, and a selection built under another namespace (or pulled from another machine) has
+    the same keys. A parent of the plan goes in by its key, not its id: its image names its own parent by tag in the
+    base.name label, so its id differs from one namespace to another, and every key above it would too."""
     names = [f"{namespace}/{row.repo}:".encode() for row in KINDS.values() if row.repo]
     digest = hashlib.sha256()
-    for part in (KEY_VERSION, parent_id, platform, *given):  # given: what else the build is given (build_given)
+    for part in (KEY_VERSION, parent, platform, *given):  # given: what else the build is given (build_given)
         digest.update(part.encode() + b"\0")
     for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(context_dir).as_posix()
@@ -258,9 +260,9 @@ class Builder:
         platform = self._platform(stage)
         label = f"[{index}/{total} {stage.kind}]"
         if stage.parent is not None:
-            parent_id = self.results[stage.parent.tag].image_id
+            parent = "content-key:" + self.results[stage.parent.tag].content_key
         else:
-            parent_id = self._external_parent_id(stage, platform)
+            parent = self._external_parent_id(stage, platform)
         # Another process on this host may be building the same stage (same tag: same context directory) or
         # the same content under another tag: claim both, wait for the holder, then reuse what it built.
         with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
@@ -270,7 +272,7 @@ class Builder:
             args = self._args(dockerfile)
             given_args = {k: self._image_id(v) or v for k, v in args.items()}
             epoch = self.settings.source_date.epoch
-            key = content_key(context, parent_id, platform, stage.namespace,
+            key = content_key(context, parent, platform, stage.namespace,
                               build_given(given_args, self._labels(""), epoch))
             existing = None if self.settings.force else self._find_by_key(key, stage.tag)
             if existing:
@@ -337,7 +339,8 @@ class Builder:
         seconds = time.monotonic() - started
         short = image_id.removeprefix("sha256:")[:12]
         if progress.steps_run == 0 and progress.steps_cached:  # every step from a cache: nothing built here
-            where = "the stage cache" if self.cache is not None else "the engine's cache"
+            # BuildKit does not say which of its caches a step came from: an empty engine's can only be the registry's
+            where = "a cache (the engine's or the stage cache)" if self.cache is not None else "the engine's cache"
             self.out(f"{label} {stage.tag}: every step from {where}, made in {fmt_seconds(seconds)} ({short})")
             status = "cached"
         else:

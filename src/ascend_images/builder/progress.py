@@ -27,6 +27,13 @@ LOG_MARK = "[ascend-images]"  # a line of ours in a stage's log, among the engin
 STEP = re.compile(r"^\[(?:(?P<stage>[^\]\s]+) )?(?P<n>\d+)/(?P<m>\d+)\] (?P<what>.*)$", re.DOTALL)
 
 
+def _counted(name: str) -> bool:
+    """Whether a vertex is a step that runs or comes from a cache: a FROM only resolves its image (never CACHED,
+    whatever the cache holds), so a stage made wholly from a cache would count one step run."""
+    step = STEP.match(name)
+    return bool(step) and not step["what"].startswith("FROM ")
+
+
 def rawjson_events(stream: Iterable[str]) -> Iterator[dict[str, Any] | str]:
     """The JSON objects of buildx's `--progress rawjson` (concatenated, pretty-printed) as dicts, and any other text
     it writes between them (its final `ERROR: ...`) as lines."""
@@ -146,11 +153,11 @@ class StageProgress:
             self.error = self.error or f"{seen.name}: {vertex['error']}"
         elif vertex.get("cached"):
             self.line(f"#{seen.number} CACHED")
-            self.steps_cached += bool(STEP.match(seen.name))
+            self.steps_cached += _counted(seen.name)
         else:
             took = completed - (seen.started or completed) if completed is not None else 0.0
             self.line(f"#{seen.number} DONE {took:.1f}s")
-            self.steps_run += bool(STEP.match(seen.name))
+            self.steps_run += _counted(seen.name)
 
     def _status(self, status: dict[str, Any]) -> None:
         """A vertex's sub-task (exporting layers, unpacking, a transfer): logged once, when it completes, with its

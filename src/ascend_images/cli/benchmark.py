@@ -42,12 +42,13 @@ Out = Callable[[str], None]
                                      "the cache already holds",
             "fleet_engine": "DOCKER_HOST of an existing, empty engine for the fleet build (default: a scratch "
                             "dockerd started and removed here, which needs root)",
-            "only": "these phases only, comma-separated: cold, fleet, alone, noop, incremental, sizes, startup, "
-                    "install (default: all; fleet, alone and noop need cold)"})
+            "only": "these phases only, comma-separated: cold, rebuild, warm, fleet, pull, alone, noop, "
+                    "incremental, sizes, startup, install (default: all; rebuild, warm, fleet, alone and noop need "
+                    "cold; fleet and pull need --stage-cache)"})
 def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=None, json=None, runs="7", quick=False,
           stage_cache=None, stage_cache_read_only=False, fleet_engine=None, only=None):
-    """Measure cold, fleet (with --stage-cache), shared, no-op and incremental builds, sizes, dive efficiency and
-    start-up cost."""
+    """Measure cold, rebuild-to-same-digest, warm and fleet builds, gzip and zstd pulls, no-op and incremental builds,
+    sizes, dive efficiency and start-up cost."""
     stage_cache = stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE")
     run_body(read_only_needs_a_cache, stage_cache, stage_cache_read_only)
     run_body(inputs.check)

@@ -45,6 +45,7 @@ Out = Callable[[str], None]
 PUSH_BACKOFF = (1.0, 3.0)  # the engine already retries layer uploads itself
 TRANSIENT_PUSH = re.compile(r"connection refused|connection reset|timeout|timed out|EOF|50[0-4]|429|"
                             r"no such host|i/o timeout|broken pipe", re.IGNORECASE)
+PUSHED_DIGEST = re.compile(r": digest: (sha256:[0-9a-f]{64}) size: \d+")
 
 
 class PublishError(AscendImagesError):
@@ -219,7 +220,8 @@ class Publisher:
                 for child in remote_list.body.get("manifests", []):
                     m = self.registry.manifest(group.repo, child["digest"])
                     arch = child["platform"]["architecture"]
-                    children[arch] = expected.get(arch) if m and same_image(expected.get(arch, ""), m) else \
+                    mine = group.images.get(arch)
+                    children[arch] = expected.get(arch) if m and mine and self.is_local(mine, m, group.repo) else \
                         (m.digest if m else None)
                 if children != expected:
                     conflicts.append(f"{self.ref(group.repo, group.list_tag)} lists other images "
@@ -255,7 +257,10 @@ class Publisher:
                     message = chunk.get("errorDetail", {}).get("message") or chunk["error"]
                     raise RegistryError(f"push {remote_repo}:{image.tag}: {message}",
                                         transient=bool(TRANSIENT_PUSH.search(message)))
-                digest = chunk.get("aux", {}).get("Digest", digest)
+                # a graph-driver store reports the digest in `aux`; a containerd image store only in the status line
+                # ("TAG: digest: sha256:... size: N")
+                pushed = PUSHED_DIGEST.search(chunk.get("status") or "")
+                digest = chunk.get("aux", {}).get("Digest") or (pushed.group(1) if pushed else digest)
             if not digest:
                 raise RegistryError(f"push {remote_repo}:{image.tag}: the engine reported no digest")
             return digest
