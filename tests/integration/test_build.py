@@ -158,6 +158,17 @@ def scanned_clean_record() -> Path:
     return host_cache("test") / f"layers-scanned-clean-{key}.txt"
 
 
+def test_every_ci_image_is_built_by_buildkit(docker_client, ci_images):
+    """Each history entry above the OS image (an import, by debootstrap) says BuildKit's Dockerfile frontend made it:
+    no step of any CI image comes from the legacy builder (whose entries carry no such comment)."""
+    for tag in ci_images:
+        history = docker_client.api.history(tag)  # newest first; the last: the OS image, one imported layer
+        ours = history[:-1]
+        assert ours and {entry.get("Comment") for entry in ours} == {"buildkit.dockerfile.v0"}, \
+            (tag, [(entry.get("Comment"), entry.get("CreatedBy", "")[:60]) for entry in ours
+                   if entry.get("Comment") != "buildkit.dockerfile.v0"])
+
+
 def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets):
     """The marker in the CA bundle and netrc given to the builds is in no layer and no history entry, and no
     installer or build-time config is left in a layer. One `docker save` of every CI image with a layer this host has

@@ -93,8 +93,10 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
                             pip_extra_index_url=[mirrors["pip-extra-index-url"].url("/simple/")],
                             ca_bundle=str(secrets / "ca.pem"), netrc=str(secrets / "netrc"))
     lines: list[str] = []
+    # from nothing (BuildKit's cache too): each stage's steps must really go through the mirrors, whatever an
+    # earlier build of the same steps left in the engine's cache
     plan, results = build_selection(sel, flags, inputs, lines.append, work_dir=build_dir, namespace=namespace,
-                                        force=True)
+                                    force=True, no_cache=True)
     output = "\n".join(lines)
     assert [r.status for r in results] == ["built"] * len(plan.stages), output
     assert [s.kind for s in plan.stages] == ["base", "cann-install", "cann", "torch", "overlay"], output

@@ -202,19 +202,24 @@ class Builder:
         except docker.errors.ImageNotFound:
             return None
 
-    def _external_parent_id(self, stage: Stage, platform: str) -> str:
+    def _external_parent(self, stage: Stage, platform: str) -> str:
+        """A parent from outside the plan, as content_key takes it: by the content key it carries when it is a stage
+        of ours (`run --build` makes an overlay over the image below, and a whole build must find that overlay by the
+        key it gives it), else by its image id."""
         ref = stage.parent_ref
-        found = self._image_id(ref)
-        if found:
-            return found
-        self.out(f"pulling {ref} ({platform}) ...")
         try:
-            self.client.api.pull(ref, platform=platform)
-            return self.client.api.inspect_image(ref)["Id"]
-        except docker.errors.APIError as exc:
-            hint_of = KINDS[stage.kind].missing_parent_hint
-            hint = f"\n{hint_of(stage.variant)}" if hint_of else ""
-            raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
+            found = self.client.api.inspect_image(ref)
+        except docker.errors.ImageNotFound:
+            self.out(f"pulling {ref} ({platform}) ...")
+            try:
+                self.client.api.pull(ref, platform=platform)
+                found = self.client.api.inspect_image(ref)
+            except docker.errors.APIError as exc:
+                hint_of = KINDS[stage.kind].missing_parent_hint
+                hint = f"\n{hint_of(stage.variant)}" if hint_of else ""
+                raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
+        key = ((found.get("Config") or {}).get("Labels") or {}).get(CONTENT_KEY_LABEL)
+        return f"content-key:{key}" if key else found["Id"]
 
     def _platform(self, stage: Stage) -> str:
         return stage.variant.arch_spec.docker_platform
@@ -262,7 +267,7 @@ class Builder:
         if stage.parent is not None:
             parent = "content-key:" + self.results[stage.parent.tag].content_key
         else:
-            parent = self._external_parent_id(stage, platform)
+            parent = self._external_parent(stage, platform)
         # Another process on this host may be building the same stage (same tag: same context directory) or
         # the same content under another tag: claim both, wait for the holder, then reuse what it built.
         with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
