@@ -595,3 +595,19 @@ def fake_cann_both(work_dir: Path) -> Path:
     out = work_dir / "fake-cann-both"
     write_packages(out, cann=["8.5.0"], arches=["x86_64", "aarch64"])
     return out
+
+
+def image_history(docker_client, tag: str) -> list[dict]:
+    """The image's history entries, newest first. On a containerd image store the engine (26.1) answers history
+    only for an unpacked image, and an image BuildKit's cache pruning has left packed says "snapshot ... does not
+    exist": creating a container unpacks it (what `docker run` does), and then it answers."""
+    import docker.errors
+
+    try:
+        return docker_client.api.history(tag)
+    except docker.errors.NotFound as exc:
+        if "snapshot" not in str(exc):
+            raise
+    container = docker_client.api.create_container(tag, entrypoint=["true"])
+    docker_client.api.remove_container(container["Id"])
+    return docker_client.api.history(tag)

@@ -15,6 +15,7 @@ from ascend_images.inputs.lockspec import LAYERS
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.cannenv import PATH_LIKE, clean_path_list
 from ascend_images.matrix.envs import effective_env
+from tests.conftest import image_history
 from tests.image.paths import path_facts
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -378,7 +379,7 @@ def test_no_installers_or_build_secrets_left(host):
 def test_no_credential_in_history(docker_client, image):
     from tests.conftest import LEAK_MARKER_PREFIX
 
-    for entry in docker_client.images.get(image).history():
+    for entry in image_history(docker_client, image):
         created_by = entry.get("CreatedBy", "")
         assert LEAK_MARKER_PREFIX not in created_by
         assert "password" not in created_by.lower()
