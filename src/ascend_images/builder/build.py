@@ -182,13 +182,9 @@ class Builder:
         e.g. by the benchmark, never switch a chain to a twin and change its children's keys), else the first by id
         of those carrying the key (BuildKit makes no intermediate images, and a reproducible build makes one image
         of one key). The stage label must be the key's stage's: an image built FROM a stage inherits its labels."""
-        try:
-            tagged = self.client.api.inspect_image(tag)
-            labels = tagged["Config"].get("Labels") or {}
-            if labels.get(CONTENT_KEY_LABEL) == key:
-                return tagged["Id"]
-        except docker.errors.ImageNotFound:
-            pass
+        tagged = self._inspect(tag)
+        if tagged and (tagged["Config"].get("Labels") or {}).get(CONTENT_KEY_LABEL) == key:
+            return tagged["Id"]
         found = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
         return min((image["Id"] for image in found), default=None)
 
@@ -196,20 +192,23 @@ class Builder:
         repo, _, name = tag.rpartition(":")
         self.client.api.tag(image_id, repo, name, force=True)
 
-    def _image_id(self, ref: str) -> str | None:
+    def _inspect(self, ref: str) -> dict | None:
         try:
-            return self.client.api.inspect_image(ref)["Id"]
+            return self.client.api.inspect_image(ref)
         except docker.errors.ImageNotFound:
             return None
+
+    def _image_id(self, ref: str) -> str | None:
+        found = self._inspect(ref)
+        return found["Id"] if found else None
 
     def _external_parent(self, stage: Stage, platform: str) -> str:
         """A parent from outside the plan, as content_key takes it: by the content key it carries when it is a stage
         of ours (`run --build` makes an overlay over the image below, and a whole build must find that overlay by the
         key it gives it), else by its image id."""
         ref = stage.parent_ref
-        try:
-            found = self.client.api.inspect_image(ref)
-        except docker.errors.ImageNotFound:
+        found = self._inspect(ref)
+        if found is None:
             self.out(f"pulling {ref} ({platform}) ...")
             try:
                 self.client.api.pull(ref, platform=platform)
