@@ -162,7 +162,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
 
     rerun = subprocess.run(build_args(**x86_torch_inputs, namespace=namespace, device="a2"), cwd=ROOT,
                            capture_output=True, text=True, timeout=1800)
-    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     # the base, cann-install and cann
     assert len(re.findall(r": up to date \(content key", rerun.stdout)) == 3, rerun.stdout
     assert re.search(rf"\[4/4 torch\] {re.escape(tag)}: built in", rerun.stdout), rerun.stdout[-2000:]
@@ -208,7 +208,7 @@ def test_parallel_stages_build_side_by_side_and_ctrl_c_stops_them_all(docker_cli
     assert len(cann) == 2 and _no_build_step_left()
     rerun = subprocess.run(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), cwd=ROOT,
                            capture_output=True, text=True, timeout=1800)
-    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     # the base and each device's CANN install and CANN
     assert len(re.findall(r": up to date \(content key", rerun.stdout)) == 5, rerun.stdout
     _, rebuilt = _building_and_built(rerun.stdout)

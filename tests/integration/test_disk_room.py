@@ -1,0 +1,63 @@
+"""CI's room-making (tests/fixtures/disk_room.py) on a real second engine: what it removes at each step, and what it
+keeps. The engine's disk is the host's, so "room" is asked for as zero (the first step only) and as more than the
+disk has (every step, then False)."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ascend_images.builder.scratch_engine import ScratchEngine
+from tests.fixtures.disk_room import GB, free_bytes, make_room
+from tests.unit.test_run import needs_root
+
+pytestmark = [pytest.mark.docker, needs_root]
+
+
+def tags(engine: ScratchEngine) -> set[str]:
+    return {t for image in engine.client().images.list() for t in image.tags}
+
+
+def build_cache_bytes(engine: ScratchEngine) -> int:
+    return sum(entry.get("Size", 0) for entry in engine.client().df().get("BuildCache") or [])
+
+
+def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_image_amd64, tmp_path):
+    engine = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-scratch-")))
+    engine.start()
+    try:
+        engine.load_from(os_image_amd64)
+        leftovers = {"ascend-images-robust-0123abcd/base:debian12-py3.11-amd64", "127.0.0.1:5999/pushed/base:x"}
+        ci = "ascend-images-test/base:debian12-py3.11-amd64"
+        for tag in (*leftovers, ci):
+            engine.docker("tag", os_image_amd64, tag)
+        context = tmp_path / "context"
+        context.mkdir()
+        (context / "Dockerfile").write_text(f"FROM {os_image_amd64}\nRUN head -c 20000000 /dev/urandom > /blob\n")
+        subprocess.run(["docker", "--host", engine.host, "buildx", "build", "--load", "-t", "probe:made", str(context)],
+                       check=True, capture_output=True)
+        assert build_cache_bytes(engine) > 10_000_000
+        scratch_tmp = tmp_path / "tmp"
+        dead = scratch_tmp / "ai-repro-dead"
+        dead.mkdir(parents=True)
+        (dead / "dockerd.pid").write_text("999999999\n")
+        said: list[str] = []
+
+        assert make_room(0, engine.host, said.append, scratch_tmp)
+        assert tags(engine) == {os_image_amd64, ci, "probe:made"}
+        assert not dead.exists()
+        assert build_cache_bytes(engine) > 10_000_000  # room enough: the cache stays
+        assert "removed 2 leftover tag(s)" in said[1] and "1 stale scratch engine root(s)" in said[1], said
+
+        said.clear()
+        too_much = free_bytes(engine.client().info()["DockerRootDir"]) + 10_000 * GB
+        assert not make_room(too_much, engine.host, said.append, scratch_tmp)
+        assert build_cache_bytes(engine) == 0
+        assert ci not in tags(engine) and os_image_amd64 in tags(engine)
+        assert any("BuildKit's cache pruned" in line for line in said), said
+        assert any("removed the CI images" in line for line in said), said
+    finally:
+        engine.stop()
