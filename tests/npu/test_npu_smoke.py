@@ -23,15 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.runtime.run import (
-    RunSpec,
-    check_host,
-    check_spec,
-    parse_devices,
-    parse_publish,
-    parse_volume,
-    run_container,
-)
+from ascend_images.runtime.run import RunSpec, check_host, check_spec, run_container
+from ascend_images.runtime.runflags import parse_devices, parse_publish, parse_volume
 
 pytestmark = [
     pytest.mark.npu,

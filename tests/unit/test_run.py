@@ -5,20 +5,15 @@ import pytest
 import yaml
 
 from ascend_images.runtime.compose import compose_service
-from ascend_images.runtime.run import (
+from ascend_images.runtime.run import RunSpec, check_host, check_spec, docker_kwargs, docker_run_line, run_container
+from ascend_images.runtime.runflags import (
     Port,
     RunError,
-    RunSpec,
     Volume,
-    check_host,
-    check_spec,
-    docker_kwargs,
-    docker_run_line,
     parse_devices,
     parse_publish,
     parse_restart,
     parse_volume,
-    run_container,
 )
 
 

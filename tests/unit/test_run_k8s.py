@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from ascend_images.cli.options import RunFlags, Selection
 from ascend_images.cli.run import run_image
 from ascend_images.runtime.k8s import k8s_manifest, k8s_yaml, shm_quantity, workload_name
-from ascend_images.runtime.run import Port, RunError, RunSpec, Volume, docker_kwargs, docker_run_line
+from ascend_images.runtime.run import RunSpec, docker_kwargs, docker_run_line
+from ascend_images.runtime.runflags import Port, RunError, Volume
 from tests.conftest import ROOT
 
 K8S_VERSION = "1.30.0"

@@ -104,19 +104,8 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     from ascend_images.runtime.compose import compose_service
     from ascend_images.runtime.k8s import k8s_yaml
     from ascend_images.runtime.reference import parse_reference
-    from ascend_images.runtime.run import (
-        RunError,
-        RunSpec,
-        check_host,
-        check_spec,
-        check_volumes,
-        docker_run_line,
-        parse_devices,
-        parse_publish,
-        parse_restart,
-        parse_volume,
-        run_container,
-    )
+    from ascend_images.runtime.run import RunSpec, check_host, check_spec, check_volumes, docker_run_line, run_container
+    from ascend_images.runtime.runflags import RunError, parse_devices, parse_publish, parse_restart, parse_volume
 
     if flags.mode not in ("manual", "runtime"):
         raise RunError(f"--mode {flags.mode!r}: valid: manual (--device passthrough), runtime (Ascend Docker Runtime)")
@@ -229,7 +218,7 @@ def build_overlay(client, v: Variant, namespace: str, sel: Selection) -> None:
 def check_device_indices(devices: tuple[int, ...], text: str, device: str | None, matrix: Matrix) -> None:
     """A node numbers its NPUs 0..max_devices-1 (matrix devices.<d>.max_devices); with the device unknown, the
     largest node any device has is the bound, so a typo like 99999 is still caught."""
-    from ascend_images.runtime.run import RunError
+    from ascend_images.runtime.runflags import RunError
 
     limits = {name: d.max_devices for name, d in matrix.spec.devices.items() if d.max_devices}
     if not limits:

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from ascend_images.runtime.run import DRIVER, RunError, RunSpec, shm_bytes
+from ascend_images.runtime.run import DRIVER, RunSpec
+from ascend_images.runtime.runflags import RunError, shm_bytes
 
 ANNOTATION = "ascend-images/npu-devices"
 # hostPath types of the paths the docker line mounts, so a node without them fails at mount time, not later
