@@ -1,4 +1,5 @@
 import io
+import os
 from typing import ClassVar
 
 import pytest
@@ -503,3 +504,16 @@ def test_the_only_flags_help_names_every_phase():
 
     text = bench.help["only"]
     assert [phase for phase in PHASES if phase not in text] == []
+
+
+def test_the_fleet_build_runs_buildx_on_the_fleet_engine(monkeypatch):
+    """buildx builds where DOCKER_HOST (or DOCKER_CONTEXT) points, not where the builder's client does: during the
+    fleet build they name the fleet engine, and afterwards the bench's own again."""
+    from ascend_images.bench.fleet import _builds_on
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/bench.sock")
+    monkeypatch.setenv("DOCKER_CONTEXT", "farm")
+    with _builds_on("unix:///tmp/ai-fleet-x/docker.sock"):
+        assert os.environ["DOCKER_HOST"] == "unix:///tmp/ai-fleet-x/docker.sock"
+        assert "DOCKER_CONTEXT" not in os.environ
+    assert (os.environ["DOCKER_HOST"], os.environ["DOCKER_CONTEXT"]) == ("unix:///run/bench.sock", "farm")

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,20 @@ def check_fleet(setup: BenchSetup) -> None:
     if problem:
         raise ScratchEngineError(f"{problem}: the fleet figure (--stage-cache) starts one; run as root, or name an "
                                  "empty engine elsewhere with --fleet-engine DOCKER_HOST")
+
+
+@contextlib.contextmanager
+def _builds_on(host: str) -> Iterator[None]:
+    """buildx builds on the engine DOCKER_HOST names (or DOCKER_CONTEXT), whatever client the builder inspects with:
+    without this the fleet's stages were built on the bench's own engine, every step cached there, and then looked for
+    on the fleet engine ("No such image")."""
+    saved = {name: os.environ.pop(name, None) for name in ("DOCKER_HOST", "DOCKER_CONTEXT")}
+    os.environ["DOCKER_HOST"] = host
+    try:
+        yield
+    finally:
+        os.environ.pop("DOCKER_HOST", None)
+        os.environ.update({name: value for name, value in saved.items() if value is not None})
 
 
 def _engine_client(host: str) -> docker.DockerClient:
@@ -118,7 +133,8 @@ def measure_fleet(setup: BenchSetup, plan: BuildPlan, cold: float, build: Build)
             if not here:
                 load_image(ref, host)
         out(f"  building the selection there with the stage cache {setup.stage_cache}")
-        seconds, results = build(setup, plan, cold=False, client=client, cache=True)
+        with _builds_on(host):
+            seconds, results = build(setup, plan, cold=False, client=client, cache=True)
         statuses = {status: sum(r.status == status for r in results) for status in ("built", "cached", "reused")}
         part.update(fleet_seconds=round(seconds, 1), fleet_fraction=round(seconds / cold, 4) if cold else None,
                     fleet_statuses=statuses)
