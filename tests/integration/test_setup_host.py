@@ -134,6 +134,17 @@ def test_setup_on_debian13_makes_its_venv_and_the_commands_work(trixie_root):
     assert '"variant": "cann9.1.0-pt2.10.0/a3/none/debian12/aarch64/system"' in said
     code, _ = sh(trixie_root, "python3 -c 'import ascend_images'")
     assert code != 0  # the system's Python untouched
+    # README's two commands' tools, as on Debian 12
+    code, said = sh(trixie_root, ".venv/bin/invoke --list")
+    assert code == 0 and "build" in said, said
+    code, said = sh(trixie_root, ".venv/bin/python -m pytest --version")
+    assert code == 0, said
+
+
+def test_setup_on_debian13_runs_again_without_redoing_anything(trixie_root):
+    code, said = sh(trixie_root, "bash scripts/setup-venv.sh 2>&1")
+    assert code == 0, said[-3000:]
+    assert "apt-get install" not in said and "-m venv" not in said
 
 
 # --- the engine (issue 52): scripts/setup-engine.sh --packages-only ------------------------------------------------
