@@ -1,6 +1,6 @@
 """CI's room-making (tests/fixtures/disk_room.py) on a real second engine: what it removes at each step, and what it
 keeps. The engine's disk is the host's, so "room" is asked for as zero (the first step only) and as more than the
-disk has (every step, then False)."""
+disk has (every step, then False); with the CI images gone, the cold run's figure is the one asked."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_
         (dead / "dockerd.pid").write_text("999999999\n")
         said: list[str] = []
 
-        assert make_room(0, engine.host, said.append, scratch_tmp)
+        assert make_room(0, 0, engine.host, said.append, scratch_tmp)
         assert tags(engine) == {os_image_amd64, ci, "probe:made"}
         assert not dead.exists()
         assert build_cache_bytes(engine) > 10_000_000  # room enough: the cache stays
@@ -54,10 +54,15 @@ def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_
 
         said.clear()
         too_much = free_bytes(engine.client().info()["DockerRootDir"]) + 10_000 * GB
-        assert not make_room(too_much, engine.host, said.append, scratch_tmp)
+        assert not make_room(too_much, too_much, engine.host, said.append, scratch_tmp)
         assert build_cache_bytes(engine) == 0
         assert ci not in tags(engine) and os_image_amd64 in tags(engine)
         assert any("BuildKit's cache pruned" in line for line in said), said
         assert any("removed the CI images" in line for line in said), said
+        # with no CI image left the run is a cold one: the cold figure is the one that counts
+        said.clear()
+        assert make_room(too_much, 0, engine.host, said.append, scratch_tmp)
+        assert "this cold run wants 0 GB" in said[0], said
+        assert not make_room(0, too_much, engine.host, said.append, scratch_tmp)
     finally:
         engine.stop()
