@@ -101,19 +101,23 @@ def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inpu
 def _interrupt(x86_inputs, namespace, log: Path, sig: int) -> tuple[int, str, str]:
     """Start a build, wait until the torch stage is building, send `sig`; returns (exit code, output, tag)."""
     proc = start(build_args(**x86_inputs, namespace=namespace, device="a2"), log.open("w"))
-    deadline = time.monotonic() + 900
-    tag = ""
-    while time.monotonic() < deadline and proc.poll() is None:
-        match = re.search(r"\[\d/\d torch\] (\S+): building \(log (\S+)\)", log.read_text())
-        if match:
-            tag = match.group(1)
-            break
-        time.sleep(1)
-    assert tag, log.read_text()
-    inside_the_install([Path(match.group(2))])
+    (tag,) = torch_stages_installing(proc, log, 1)
     os.killpg(proc.pid, sig) if sig == signal.SIGKILL else proc.send_signal(sig)
     code = proc.wait(timeout=120)
     return code, log.read_text(), tag
+
+
+def torch_stages_installing(proc: subprocess.Popen, log: Path, count: int) -> list[str]:
+    """Wait until `count` torch stages of the build writing `log` are building and each installs its packages; their
+    tags."""
+    deadline = time.monotonic() + 900
+    building: list[tuple[str, str]] = []
+    while time.monotonic() < deadline and proc.poll() is None and len(building) < count:
+        building = re.findall(r"\[\d/\d torch\] (\S+): building \(log (\S+)\)", log.read_text())
+        time.sleep(1)
+    assert len(building) == count, log.read_text()
+    inside_the_install([Path(stage_log) for _, stage_log in building])
+    return [tag for tag, _ in building]
 
 
 def inside_the_install(stage_logs: list[Path], timeout: float = 300) -> None:
@@ -148,19 +152,6 @@ def _building_and_built(out: str) -> tuple[dict[str, int], dict[str, int]]:
     return start, done
 
 
-def _both_torch_stages_installing(proc: subprocess.Popen, log: Path) -> list[str]:
-    """Wait until the A2 and A3 torch stages of a `--jobs 2` build both install their packages; their tags."""
-    deadline = time.monotonic() + 900
-    torch: list[str] = []
-    while time.monotonic() < deadline and proc.poll() is None and len(torch) < 2:
-        torch = re.findall(r"\[\d/\d torch\] (\S+): building", log.read_text())
-        time.sleep(1)
-    assert len(torch) == 2, log.read_text()
-    inside_the_install([Path(p) for p in re.findall(r"\[\d/\d torch\] \S+: building \(log (\S+)\)",
-                                                     log.read_text())])
-    return torch
-
-
 def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(docker_client, x86_torch_inputs,
                                                                                namespace, tmp_path):
     """One chain and then two side by side, each stopped in its torch stage, then built to the end:
@@ -185,7 +176,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
 
     log = tmp_path / "jobs-2.log"
     proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
-    torch = _both_torch_stages_installing(proc, log)
+    torch = torch_stages_installing(proc, log, 2)
     assert tag in torch, torch
     started, built = _building_and_built(log.read_text())
     assert any("/cann-install:" in t and "-a3-" in t for t in started), started
@@ -205,7 +196,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
 
     log = tmp_path / "kill-9.log"
     proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
-    assert sorted(_both_torch_stages_installing(proc, log)) == sorted(torch)
+    assert sorted(torch_stages_installing(proc, log, 2)) == sorted(torch)
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=120) == -signal.SIGKILL
     assert len(re.findall(r": up to date \(content key", log.read_text())) == 5, log.read_text()[-3000:]
