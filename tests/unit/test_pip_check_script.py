@@ -93,11 +93,12 @@ def test_the_script_is_stdlib_only():
     assert set(imports) <= set(sys.stdlib_module_names)
 
 
-@pytest.fixture
-def no_deps_python(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def no_deps_python(tmp_path_factory) -> Path:
     """vllm-ascend pinning triton-ascend 3.2.2, installed --no-deps with a requirement of its own left out (a
-    made-up one: PyPI's triton-ascend 3.2.0 declares none, so the double must), and a second, unrelated gap."""
-    root = tmp_path / "venv"
+    made-up one: PyPI's triton-ascend 3.2.0 declares none, so the double must), and a second, unrelated gap. One venv
+    for the module (ensurepip takes seconds): its checks only read it."""
+    root = tmp_path_factory.mktemp("no-deps") / "venv"
     venv.create(root, with_pip=True)
     site = next((root / "lib").glob("python3.*/site-packages"))
     _dist(site, "vllm-ascend", "0.23.0", ["triton-ascend==3.2.2"])
