@@ -388,12 +388,10 @@ def _registry_binary() -> None:
 
 
 def remove_tags(docker_client, prefix: str, **remove_kwargs) -> None:
-    """Untag every image whose tag starts with `prefix`. One listing call: `images.list()` fetches each image
-    again by id, which fails when another xdist worker removes an image in between."""
-    for entry in docker_client.api.images():
-        for tag in entry.get("RepoTags") or []:
-            if tag.startswith(prefix):
-                docker_client.images.remove(tag, **remove_kwargs)
+    """Untag every image whose tag starts with `prefix`."""
+    from tests.fixtures.disk_room import all_tags, untag
+
+    untag(docker_client, [tag for tag in all_tags(docker_client) if tag.startswith(prefix)], **remove_kwargs)
 
 
 @pytest.fixture(scope="session")
