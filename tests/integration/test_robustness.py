@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import IN_CI, ROOT, X86_RELEASE, remove_tags, with_own_cann_stages
+from tests.fixtures.disk_room import all_tags
 from tests.fixtures.signals import default_sigint
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -45,8 +46,10 @@ def build_args(matrix, cann, wheelhouse, ca, work_dir, namespace, device: str, *
     return args
 
 
-def start(args: list[str], log) -> subprocess.Popen:
-    return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+def start(args: list[str], log, engine: str | None = None) -> subprocess.Popen:
+    """`args` started in a session of its own, building on the host's engine or on `engine` (a DOCKER_HOST)."""
+    env = {**os.environ, "DOCKER_HOST": engine} if engine else None
+    return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True, preexec_fn=default_sigint)
 
 
@@ -62,17 +65,26 @@ def x86_inputs(x86_light_matrix, fake_cann_both, light_wheelhouse, build_secrets
 
 
 @pytest.fixture
-def x86_torch_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path,
-                     monkeypatch):
+def x86_torch_inputs(x86_matrix, fake_cann_both, wheelhouse, build_secrets, os_image_amd64, work_dir, tmp_path):
     """A chain of the test's own with the real CPU torch: its torch stage lasts long enough (the 900 MB tree installed
-    and compiled by its native stage) to be interrupted in the middle, which the double's few seconds are not.
-
-    Its builds get a SOURCE_DATE_EPOCH of their own too: the torch stage's native install does not depend on CANN, so
-    BuildKit would otherwise take it from the cache of any earlier build of the same lock (another test's), finish the
-    stage in a second and leave nothing to interrupt. A step that never finished is never cached: the test's second
-    interrupt meets the install running again."""
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(1_700_000_000 + uuid.uuid4().int % 100_000_000))
+    and compiled by its native stage) to be interrupted in the middle, which the double's few seconds are not."""
     return _own_stages(x86_matrix, fake_cann_both, wheelhouse, build_secrets["ca"], tmp_path)
+
+
+@pytest.fixture
+def own_engine(docker_client, os_image_amd64):
+    """An engine of the test's own (a real second dockerd, its data root a loop-mounted file system), holding only the
+    host's OS image and x86_64 base. On it, BuildKit's cache holds nothing to finish a torch stage with, so each build
+    meets the install running; and what the builds leave (the real torch's tree, per device and per step, about 5 GB
+    of cache no other build ever reuses) goes with the engine instead of filling the host's, where only a prune would
+    remove it, and a prune costs the bake test its chain."""
+    for engine in second_engine(24000):
+        engine.load_from_host(os_image_amd64)
+        # the base stage is every namespace's (its content key sees none): the host's, when it has one, is reused
+        bases = [t for t in all_tags(docker_client) if t.endswith("/base:debian12-py3.11-amd64")]
+        if bases:
+            engine.load_from_host(bases[0])
+        yield engine
 
 
 def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inputs, namespace, tmp_path):
@@ -98,9 +110,10 @@ def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inpu
         assert len(twins) == 1, f"{tag}: {len(twins)} images with one content key"
 
 
-def _interrupt(x86_inputs, namespace, log: Path, sig: int) -> tuple[int, str, str]:
-    """Start a build, wait until the torch stage is building, send `sig`; returns (exit code, output, tag)."""
-    proc = start(build_args(**x86_inputs, namespace=namespace, device="a2"), log.open("w"))
+def _interrupt(x86_inputs, namespace, log: Path, sig: int, engine: str) -> tuple[int, str, str]:
+    """Start a build on `engine`, wait until the torch stage is building, send `sig`; returns (exit code, output,
+    tag)."""
+    proc = start(build_args(**x86_inputs, namespace=namespace, device="a2"), log.open("w"), engine)
     (tag,) = torch_stages_installing(proc, log, 1)
     os.killpg(proc.pid, sig) if sig == signal.SIGKILL else proc.send_signal(sig)
     code = proc.wait(timeout=120)
@@ -152,7 +165,7 @@ def _building_and_built(out: str) -> tuple[dict[str, int], dict[str, int]]:
     return start, done
 
 
-def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(docker_client, x86_torch_inputs,
+def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(own_engine, x86_torch_inputs,
                                                                                namespace, tmp_path):
     """One chain and then two side by side, each stopped in its torch stage, then built to the end:
     - Ctrl-C in the A2 chain's torch stage: exit 130, the stage named, no tag, no build step left;
@@ -162,12 +175,14 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
     - the run after that reuses every stage that had finished and builds the two torch stages: each stage of the two
       chains built once over the four runs, and labelled.
     One test, so the real 900 MB torch stage is built to the end once per device (the base is shared with every
-    namespace, the rest is this test's own)."""
-    code, out, tag = _interrupt(x86_torch_inputs, namespace, tmp_path / "ctrl-c.log", signal.SIGINT)
+    namespace, the rest is this test's own), on an engine of its own."""
+    engine = own_engine.client()
+    code, out, tag = _interrupt(x86_torch_inputs, namespace, tmp_path / "ctrl-c.log", signal.SIGINT,
+                               own_engine.host)
     assert code == 130, out
     assert "interrupted:" in out and "no tag was set" in out and "Log: " in out, out[-2000:]
     assert "Traceback" not in out
-    assert not docker_client.images.list(name=tag), f"{tag} was tagged"
+    assert not engine.images.list(name=tag), f"{tag} was tagged"
     # the fourth stage is torch: after the base, the CANN install and CANN
     cann = re.search(rf"\[3/4 cann\] ({re.escape(namespace)}/cann:\S+): built", out)
     assert cann, out
@@ -175,7 +190,8 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
     built_first = _building_and_built(out)[1]
 
     log = tmp_path / "jobs-2.log"
-    proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
+    proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"),
+                 own_engine.host)
     torch = torch_stages_installing(proc, log, 2)
     assert tag in torch, torch
     started, built = _building_and_built(log.read_text())
@@ -190,22 +206,24 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
     assert "Traceback" not in out
     assert re.search(rf"{re.escape(cann.group(1))}: up to date", out), out[-2000:]
     for t in torch:
-        assert not docker_client.images.list(name=t), f"{t} was tagged"
+        assert not engine.images.list(name=t), f"{t} was tagged"
     assert _no_build_step_left()
     built_second = _building_and_built(out)[1]
 
     log = tmp_path / "kill-9.log"
-    proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"))
+    proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), log.open("w"),
+                 own_engine.host)
     assert sorted(torch_stages_installing(proc, log, 2)) == sorted(torch)
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=120) == -signal.SIGKILL
     assert len(re.findall(r": up to date \(content key", log.read_text())) == 5, log.read_text()[-3000:]
     for t in torch:
-        assert not docker_client.images.list(name=t), f"{t} was tagged"
+        assert not engine.images.list(name=t), f"{t} was tagged"
     assert _no_build_step_left()
 
     rerun = subprocess.run(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3", jobs="2"), cwd=ROOT,
-                           capture_output=True, text=True, timeout=1800)
+                           capture_output=True, text=True, timeout=1800,
+                           env={**os.environ, "DOCKER_HOST": own_engine.host})
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     # the base and each device's CANN install and CANN
     assert len(re.findall(r": up to date \(content key", rerun.stdout)) == 5, rerun.stdout
@@ -215,7 +233,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_reuses_what_finished(d
     stages = [t for t in [*built_first, *built_second, *rebuilt] if "/base:" not in t]
     assert len(stages) == len(set(stages)) == 6, stages  # cann-install, cann, torch per device
     for t in stages:
-        assert docker_client.images.get(t).labels["io.ascend-images.content-key"]
+        assert engine.images.get(t).labels["io.ascend-images.content-key"]
 
 
 # --- engine faults: one line saying what to do, a non-zero exit, no traceback ------------------------------
