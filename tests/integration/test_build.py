@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
@@ -24,6 +23,7 @@ from tests.conftest import (
     image_history,
 )
 from tests.fixtures.matrices import matrix_copy
+from tests.fixtures.saved_layers import uncompressed
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # what a build must never leave in a layer: installers, build-helper temp dirs, pip config, netrc
@@ -198,12 +198,8 @@ def test_no_secret_in_layers_or_history(docker_client, ci_images, build_secrets)
         for member in outer:
             if not member.isfile():
                 continue
-            # an OCI layout (the containerd image store's `docker save`) keeps layers compressed: the marker and
-            # the diff-id are the uncompressed content's
-            raw = io.BufferedReader(outer.extractfile(member), 1 << 20)
-            if raw.peek(2)[:2] == b"\x1f\x8b":
-                raw = gzip.GzipFile(fileobj=raw)
-            scan = MarkerScan(raw, LEAK_MARKER_PREFIX.encode())
+            # the marker and the diff-id are the uncompressed content's
+            scan = MarkerScan(uncompressed(outer.extractfile(member)), LEAK_MARKER_PREFIX.encode())
             is_layer = False
             if member.name.endswith("layer.tar") or member.name.startswith("blobs/"):
                 try:

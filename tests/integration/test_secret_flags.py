@@ -11,7 +11,6 @@ its own, and removed afterwards."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import tarfile
@@ -20,7 +19,9 @@ import uuid
 import pytest
 
 from tests.conftest import HOST_CA, LEAK_MARKER_PREFIX, X86_RELEASE, remove_tags, with_own_cann_stages
+from tests.fixtures.buildkit import build_image
 from tests.fixtures.private_mirror import PrivateMirror
+from tests.fixtures.saved_layers import uncompressed
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -52,14 +53,15 @@ def namespace(docker_client):
 
 
 def scan_stream(stream, markers: dict[str, str]) -> list[str]:
-    """The flags whose marker is in `stream` (a tar of tars: `docker save`): every member read in blocks, a marker
-    split across two blocks found too. Layers are tars whose files are stored whole, so reading the bytes reads them."""
+    """The flags whose marker is in `stream` (a tar of blobs: `docker save`): every member read in blocks as its
+    uncompressed content, a marker split across two blocks found too. A layer is a tar whose files are stored whole,
+    so reading its uncompressed bytes reads them."""
     found: set[str] = set()
     with tarfile.open(fileobj=stream, mode="r|") as outer:
         for member in outer:
             if not member.isfile():
                 continue
-            reader = outer.extractfile(member)
+            reader = uncompressed(outer.extractfile(member))
             tail = b""
             while block := reader.read(1 << 20):
                 window = tail + block
@@ -133,15 +135,16 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
         leaks[f"docker save {tags[-1]}"] = in_files
     assert not leaks, f"credentials found (where: which flags): {leaks}"
 
-    # and the scan sees a marker when there is one: a layer holding a file with the netrc's marker
-    (tmp_path / "probe").write_text(markers["netrc"])
-    probe = tarfile.TarInfo("layer.tar")
-    inner = io.BytesIO()
-    with tarfile.open(fileobj=inner, mode="w") as layer:
-        layer.add(tmp_path / "probe", arcname="etc/probe")
-    probe.size = len(inner.getvalue())
-    outer = io.BytesIO()
-    with tarfile.open(fileobj=outer, mode="w") as archive:
-        archive.addfile(probe, io.BytesIO(inner.getvalue()))
-    outer.seek(0)
-    assert scan_stream(outer, markers) == ["netrc"]
+    # and the scan sees a marker when there is one: an image whose layer BuildKit made (compressed, as every layer
+    # of the chain above) holds a file with the netrc's marker, copied in, so that no history entry names it
+    probe = f"ascend-images-secrets-probe/{namespace.rsplit('-', 1)[-1]}:marker"
+    context = tmp_path / "probe"
+    context.mkdir()
+    (context / "probe").write_text(markers["netrc"])
+    build_image(probe, f"FROM {os_image_amd64}\nCOPY probe /etc/probe\n", context=context, platform="linux/amd64")
+    try:
+        save = subprocess.Popen(["docker", "save", probe], stdout=subprocess.PIPE)
+        assert scan_stream(save.stdout, markers) == ["netrc"]
+        assert save.wait() == 0
+    finally:
+        docker_client.images.remove(probe, force=True)
