@@ -1,7 +1,8 @@
-"""rendered/docker-bake.json as a user's CI runs it (DESIGN 23): plain `docker buildx bake -f rendered/docker-bake.json
-TARGET`, no code of ours in the loop, the inputs given as bake variables and `--set`. The target is the default A3
-training base (torch 2.10.0.post4 on CANN 9.1.0): bake builds its chain (base, CANN install, CANN, torch) from the
-committed contexts, with the fake CANN (a test double: the image is labelled so) and the host's wheel store.
+"""rendered/docker-bake.json as a user's CI runs it (DESIGN 23): `invoke fetch --bake-inputs DIR` lays out each
+target's inputs, then plain `docker buildx bake -f rendered/docker-bake.json TARGET` builds, no code of ours in its
+loop, the inputs given as bake variables and `--set`. The target is the default A3 training base (torch 2.10.0.post4
+on CANN 9.1.0): bake builds its chain (base, CANN install, CANN, torch) from the committed contexts, with the fake
+CANN (a test double: the image is labelled so) and the host's wheel store.
 
 The image it makes passes the image tests, and has the very layers `invoke build` made for CI's same image: the
 committed contexts and the project's renders of them are one build."""
@@ -13,6 +14,7 @@ import os
 import platform
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -23,6 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 BAKE = "rendered/docker-bake.json"
 # written out by hand: the targets of the chain, as the bake file names them (rendered/'s directories)
 TORCH = f"torch-npu--2_10_0_post4-cann9_1_0-a3-debian12-py3_11-{TEST_DOCKER_ARCH}"
+TORCH_DIR = f"torch-npu--2.10.0.post4-cann9.1.0-a3-debian12-py3.11-{TEST_DOCKER_ARCH}"
 CANN_INSTALL = f"cann-install--9_1_0-a3-debian12-py3_11-{TEST_DOCKER_ARCH}"
 BASE = f"base--debian12-py3_11-{TEST_DOCKER_ARCH}"
 TAG = "ascend-images-bake/torch-npu:plain-bake"
@@ -40,14 +43,26 @@ def sha256_arg(file: str) -> str:
 
 @pytest.fixture(scope="module")
 def baked(docker_client, ci_builds, fake_cann_dir, tmp_path_factory):
-    """The image plain bake makes of the target, with the ci_builds' wheel store filled (the torch lock's files)."""
-    from ascend_images.inputs.wheelstore import default_store
-
+    """The image plain bake makes of the target, its inputs laid out by `invoke fetch --bake-inputs` from the
+    ci_builds' wheel store (the torch lock's files) and the fake CANN."""
     files = [f"Ascend-cann-{part}_9.1.0_linux-{TEST_ARCH}.run" for part in ("toolkit", "A3-ops", "nnal")]
-    empty = tmp_path_factory.mktemp("no-artifacts")
+    inputs = tmp_path_factory.mktemp("bake-inputs")
+    fetch = subprocess.run([sys.executable, "-m", "invoke", "fetch", "--device", "a3", "--backend", "none",
+                            "--release", "cann9.1.0-pt2.10.0", "--arch", TEST_ARCH, "--cann-dir", str(fake_cann_dir),
+                            "--bake-inputs", str(inputs)], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert fetch.returncode == 0, fetch.stdout[-3000:] + fetch.stderr[-3000:]
+    # what it laid out for the chain's torch target, read from the committed context: exactly the files its lock
+    # pins and its Dockerfile names (uv), each under its sha256, not the wheel store's others (every CI selection's)
+    context = ROOT / "rendered" / TORCH_DIR
+    lock = (context / "locks" / f"torch-{TEST_ARCH}.txt").read_text()
+    pinned = set(re.findall(r"--hash=sha256:([0-9a-f]{64})", lock))
+    named = set(re.findall(r"/run/ascend-images/wheels/([0-9a-f]{64})", (context / "Dockerfile").read_text()))
+    laid_out = {path.parent.name for path in (inputs / TORCH / "wheels").glob("*/*")}
+    assert pinned and named and laid_out == pinned | named, (sorted(laid_out - pinned - named),
+                                                             sorted((pinned | named) - laid_out))
     host = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
-    env = {**os.environ, "WHEELS_DIR": str(default_store()), "CANN_DIR": str(fake_cann_dir),
-           "ARTIFACTS_DIR": str(empty), "NETWORK": "host", "INSTALLER_BASE": f"ascend-images/os:debian12-{host}"}
+    env = {**os.environ, "BAKE_INPUTS": str(inputs), "NETWORK": "host",
+           "INSTALLER_BASE": f"ascend-images/os:debian12-{host}"}
     argv = ["docker", "buildx", "bake", "-f", BAKE, "--progress", "plain", TORCH,
             # the OS base this host has (no registry): the base target's FROM, as a named context
             "--set", f"{BASE}.contexts.debian:12=docker-image://ascend-images/os:debian12-{TEST_DOCKER_ARCH}",

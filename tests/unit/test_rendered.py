@@ -68,7 +68,8 @@ def test_the_bake_file_chains_the_stages_and_takes_its_inputs_as_variables():
     assert sglang["contexts"] == {
         "ascend-images/torch-npu:2.10.0-cann9.0.0-a3-debian12-py3.11-arm64":
             "target:torch-npu--2_10_0-cann9_0_0-a3-debian12-py3_11-arm64",
-        "artifacts": "${ARTIFACTS_DIR}", "wheels": "${WHEELS_DIR}"}
+        "artifacts": "${BAKE_INPUTS}/sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64/artifacts",
+        "wheels": "${BAKE_INPUTS}/sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64/wheels"}
     assert sglang["platforms"] == ["linux/arm64"]
     assert sglang["tags"] == ["ascend-images/sglang:0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"]
     assert sglang["args"] == {"SOURCE_DATE_EPOCH": "${SOURCE_DATE_EPOCH}", "INSTALLER_BASE": "${INSTALLER_BASE}"}
@@ -81,6 +82,7 @@ def test_the_bake_file_chains_the_stages_and_takes_its_inputs_as_variables():
         name = parents[0].removeprefix("target:") if parents else ""
     assert chain == ["sglang", "torch-npu", "cann", "cann-install", "base"]
     assert bake["variable"]["SOURCE_DATE_EPOCH"] == {"default": "1795824000"}  # matrix.yaml's 2026-11-28, UTC
+    assert bake["variable"]["BAKE_INPUTS"] == {"default": "build/bake-inputs"}  # where `invoke fetch` lays them out
     assert targets["cann--9_0_0-a3-debian12-py3_11-arm64"]["contexts"] == {
         "ascend-images/cann-install:9.0.0-a3-debian12-py3.11-arm64":
             "target:cann-install--9_0_0-a3-debian12-py3_11-arm64"}  # mounts no input

@@ -7,7 +7,8 @@
 - Secrets (`ca`, `pip-conf`, `netrc`, `os-mirror`): files of this process only (a 0700 directory), removed when the
   build ends; BuildKit mounts them as tmpfs files for one RUN step, so they reach no layer, no history, no cache key.
 
-Both are written to a scratch directory of the build's own and removed with it.
+Both are written to a scratch directory of the build's own and removed with it. For the bake file, `invoke fetch
+--bake-inputs` lays out the same named contexts, to be kept, one directory per bake target.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 from ascend_images.errors import BuildError
 from ascend_images.inputs.sources import INPUTS_DIR, BuildInputs, Sources
 from ascend_images.inputs.wheelstore import WheelStore, stored_files
-from ascend_images.stages.render import NAMED_CONTEXTS
+from ascend_images.stages.bake import target_name
+from ascend_images.stages.plan import BuildPlan
+from ascend_images.stages.render import NAMED_CONTEXTS, Renderer
 
 _REFERENCE = re.compile(re.escape(INPUTS_DIR) + r"/(?P<name>[a-z]+)/(?P<path>[^\s#\"']+)")
 _MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
@@ -77,40 +80,72 @@ def secret_documents(inputs: BuildInputs) -> dict[str, bytes]:
     return documents
 
 
+def lay_out_contexts(dockerfile: str, wanted: Iterable[str], sources: Sources, store: WheelStore,
+                     directory: Path) -> dict[str, Path]:
+    """The named contexts `dockerfile` mounts, each a directory `directory/<name>` holding exactly the files it names
+    (hard links): `wanted` are the stage's `name==version --hash=sha256:...` lines (its locks' files, build
+    requirements, uv), which its install steps find in the `wheels` context by their sha256."""
+    contexts: dict[str, Path] = {}
+    for name in mounted_contexts(dockerfile):
+        into = directory / name
+        into.mkdir(parents=True)
+        contexts[name] = into
+        if name == "wheels":
+            hashes = {f.sha256 for f in stored_files(wanted)}
+            hashes |= {path.split("/", 1)[0] for path in referenced(dockerfile, name)}
+            for sha256 in sorted(hashes):
+                found = store.path(sha256)
+                if found is None:
+                    raise BuildError(f"the wheel store ({store.root}) has no file with sha256 {sha256}, which "
+                                     "the stage names: fill it first (invoke fetch)")
+                _link(found, into / sha256 / found.name)
+            continue
+        source = sources.cann.directory or sources.cann.cache if name == "cann" else \
+            sources.artifacts.directory or sources.artifacts.cache
+        for rel in referenced(dockerfile, name):
+            if source is None or not (source / rel).is_file():
+                raise BuildError(f"the build names {INPUTS_DIR}/{name}/{rel}, and no local directory holds it "
+                                 f"({'--cann-dir' if name == 'cann' else '--artifacts-dir'}, or `invoke fetch`)")
+            _link(source / rel, into / rel)
+    return contexts
+
+
 @contextmanager
 def stage_inputs(dockerfile: str, wanted: Iterable[str], sources: Sources, inputs: BuildInputs, store: WheelStore,
                  scratch_root: Path) -> Iterator[StageInputs]:
-    """The named contexts and secrets of one stage's build, for as long as the build runs. `wanted`: the stage's
-    `name==version --hash=sha256:...` lines (its locks' files, build requirements, uv), which its install steps find
-    in the `wheels` context by their sha256."""
+    """The named contexts (lay_out_contexts) and secrets of one stage's build, for as long as the build runs."""
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".inputs-", dir=scratch_root))
     try:
-        contexts: dict[str, Path] = {}
-        for name in mounted_contexts(dockerfile):
-            directory = scratch / name
-            directory.mkdir()
-            contexts[name] = directory
-            if name == "wheels":
-                hashes = {f.sha256 for f in stored_files(wanted)}
-                hashes |= {path.split("/", 1)[0] for path in referenced(dockerfile, name)}
-                for sha256 in sorted(hashes):
-                    found = store.path(sha256)
-                    if found is None:
-                        raise BuildError(f"the wheel store ({store.root}) has no file with sha256 {sha256}, which "
-                                         "the stage names: fill it first (invoke fetch)")
-                    _link(found, directory / sha256 / found.name)
-                continue
-            source = sources.cann.directory or sources.cann.cache if name == "cann" else \
-                sources.artifacts.directory or sources.artifacts.cache
-            for rel in referenced(dockerfile, name):
-                if source is None or not (source / rel).is_file():
-                    raise BuildError(f"the build names {INPUTS_DIR}/{name}/{rel}, and no local directory holds it "
-                                     f"({'--cann-dir' if name == 'cann' else '--artifacts-dir'}, or `invoke fetch`)")
-                _link(source / rel, directory / rel)
+        contexts = lay_out_contexts(dockerfile, wanted, sources, store, scratch)
         secrets_dir = scratch / "secrets"
         secrets_dir.mkdir(mode=0o700)
         secrets = {name: _secret(secrets_dir, name, data) for name, data in secret_documents(inputs).items()}
         yield StageInputs(contexts, secrets)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def lay_out_bake_inputs(plan: BuildPlan, sources: Sources, store: WheelStore, root: Path) -> list[Path]:
+    """Each stage's named contexts under `root/<bake target>/<name>`, as rendered/docker-bake.json takes them
+    (BAKE_INPUTS): the very files `invoke build` gives the stage, so the steps that mount them have the same cache
+    keys. Each target's directory is written beside it and renamed into place, replacing what an earlier fetch left;
+    the stage's locked files are fetched into the store first when it lacks them. Returns the targets' directories."""
+    renderer = Renderer()
+    root.mkdir(parents=True, exist_ok=True)
+    laid_out = []
+    for stage in plan.stages:
+        ctx, _ = renderer.context(stage, sources)
+        dockerfile = renderer.render_text(stage, ctx)
+        wanted = ctx.get("packages", {}).get("wanted", [])
+        store.ensure(stored_files(wanted), ctx.get("packages", {}).get("indexes", []))
+        target = root / target_name(stage)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+        try:
+            lay_out_contexts(dockerfile, wanted, sources, store, scratch)
+            shutil.rmtree(target, ignore_errors=True)
+            scratch.rename(target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        laid_out.append(target)
+    return laid_out

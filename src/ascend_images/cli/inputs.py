@@ -33,12 +33,16 @@ Out = Callable[[str], None]
 @task(groups=(SELECTION, SOURCES.without("cache_dir")),
       help={"dest": "cache directory (default $XDG_CACHE_HOME/ascend-images/downloads, "
                     "~/.cache/ascend-images/downloads)",
-            "record": "pin every download PyPI does not carry that pins.yaml lacks, there (review the diff, commit)"})
-def fetch(c, sel, sources, dest=None, record=False):
+            "record": "pin every download PyPI does not carry that pins.yaml lacks, there (review the diff, commit)",
+            "bake_inputs": "also lay out each stage's build inputs under DIR/<bake target>/, the very files `invoke "
+                           "build` gives it, for rendered/docker-bake.json (its BAKE_INPUTS; it reads "
+                           "build/bake-inputs by default)"})
+def fetch(c, sel, sources, dest=None, record=False, bake_inputs=None):
     """Download every file the selection needs (CANN, kernel zips, tag archives, vendor wheels, BiSheng Python,
     sdists) into the cache, verified against pins.yaml; what it lacks is trusted on first use on this host."""
     sources.cache_dir, sources.cache_flag = dest, "--dest"
-    run_body(fetch_selection, sel, sources, print, record=record)
+    inputs_dir = run_body(output_path, "--bake-inputs", bake_inputs, "build/bake-inputs") if bake_inputs else None
+    run_body(fetch_selection, sel, sources, print, record=record, bake_inputs=inputs_dir)
 
 
 @task(help={"release": "release name(s), comma-separated; default: every release with a backend",
@@ -91,9 +95,10 @@ def outdated(c, matrix=None, index_url="https://pypi.org/simple", package=None, 
 
 
 def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None, record: bool = False,
-                    wheels: bool = True) -> list:
+                    wheels: bool = True, bake_inputs: Path | None = None) -> list:
     """`invoke fetch`: every download the selection needs, into the cache (CANN too, unless it comes from
-    --cann-dir or an image), and (`wheels`) every locked file into the host's wheel store."""
+    --cann-dir or an image), (`wheels`) every locked file into the host's wheel store, and (`bake_inputs`) each
+    stage's build inputs laid out for the bake file."""
     from ascend_images.inputs.cache import fetch_all, wanted_for
 
     matrix = sel.load()
@@ -115,7 +120,24 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
     out("fetch: " + (", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing to fetch"))
     if wheels:
         fill_wheel_store(variants, flags, out)
+    if bake_inputs is not None:
+        lay_out_for_bake(variants, flags, bake_inputs, out)
     return results
+
+
+def lay_out_for_bake(variants: list[Variant], flags: SourceFlags, root: Path, out: Out) -> list[Path]:
+    """Each stage of the variants' plan: its named contexts under `root/<bake target>/` (builder.stageinputs)."""
+    from ascend_images.builder.stageinputs import lay_out_bake_inputs
+    from ascend_images.inputs.pypi import PYPI_SIMPLE
+    from ascend_images.inputs.wheelstore import WheelStore
+    from ascend_images.stages.plan import PlanOptions, make_plan
+
+    sources = flags.sources(variants[0].matrix)
+    plan = make_plan(variants, PlanOptions(sources.cann))
+    laid_out = lay_out_bake_inputs(plan, sources, WheelStore(flags.store_root(), [PYPI_SIMPLE], out=note), root)
+    out(f"bake inputs: {len(laid_out)} target(s) in {root} (docker buildx bake -f rendered/docker-bake.json, "
+        f"BAKE_INPUTS={root})")
+    return laid_out
 
 
 def fill_wheel_store(variants: list[Variant], flags: SourceFlags, out: Out, index_url: str | None = None) -> int:

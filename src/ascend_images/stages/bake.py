@@ -3,11 +3,14 @@ replaces the parent's image reference), so `docker buildx bake -f rendered/docke
 and the stages below it with no code of ours, in the order and parallelism BuildKit chooses.
 
 What a build is given comes in as bake variables (each also an environment variable of the same name) or `--set`:
-the directories of the build inputs (the named contexts `wheels`, `cann`, `artifacts`), SOURCE_DATE_EPOCH (the
-matrix release's date), the native stages' base image, the network. The sha256 of each download PyPI does not carry
-is a build arg of its target with pins.yaml's as its default (`--set TARGET.args.SHA256_<FILE>=...` builds from
-other files, which the image's labels then name). Secrets (an extra CA bundle, a pip config, a netrc, the OS mirror)
-are `--set TARGET.secrets=id=ca,src=FILE`."""
+where the build inputs are (BAKE_INPUTS: each target's named contexts `wheels`, `cann`, `artifacts` are the
+directories `<BAKE_INPUTS>/<target>/<name>`, which `invoke fetch --bake-inputs DIR` lays out with exactly the files
+the target's Dockerfile names, as `invoke build` gives them: a mount's content is part of its step's cache key, so a
+whole wheel store would make every stage's key change with each wheel added to it, and bake would share no cache
+with `invoke build`), SOURCE_DATE_EPOCH (the matrix release's date), the native stages' base image, the network.
+The sha256 of each download PyPI does not carry is a build arg of its target with pins.yaml's as its default (`--set
+TARGET.args.SHA256_<FILE>=...` builds from other files, which the image's labels then name). Secrets (an extra CA
+bundle, a pip config, a netrc, the OS mirror) are `--set TARGET.secrets=id=ca,src=FILE`."""
 
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ from ascend_images.stages.plan import BuildPlan
 from ascend_images.stages.render import NAMED_CONTEXTS
 from ascend_images.stages.stage import Stage
 
-# bake variable -> (the named context it fills, its default): a directory as `invoke fetch` leaves it
-CONTEXT_VARIABLES = {"WHEELS_DIR": "wheels", "CANN_DIR": "cann", "ARTIFACTS_DIR": "artifacts"}
+# the directory of every target's named contexts, as `invoke fetch --bake-inputs` leaves it
+INPUTS_VARIABLE = "BAKE_INPUTS"
+INPUTS_DEFAULT = "build/bake-inputs"
 _MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
 
 
@@ -37,8 +41,7 @@ def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], context_root: str
     for stage in plan.stages:
         dockerfile = dockerfiles[stage.slug]
         mounted = sorted({m["name"] for m in _MOUNTED.finditer(dockerfile)} & set(NAMED_CONTEXTS))
-        variable = {context: name for name, context in CONTEXT_VARIABLES.items()}
-        contexts = {name: f"${{{variable[name]}}}" for name in mounted}
+        contexts = {name: f"${{{INPUTS_VARIABLE}}}/{target_name(stage)}/{name}" for name in mounted}
         if stage.parent is not None:
             contexts[stage.parent.tag] = f"target:{target_name(stage.parent)}"
         args = {"SOURCE_DATE_EPOCH": "${SOURCE_DATE_EPOCH}"}
@@ -60,7 +63,7 @@ def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], context_root: str
     tops = sorted({target_name(top) for top in plan.tops.values()})
     return {
         "variable": {
-            **{name: {"default": f"build/bake-inputs/{context}"} for name, context in CONTEXT_VARIABLES.items()},
+            INPUTS_VARIABLE: {"default": INPUTS_DEFAULT},
             "SOURCE_DATE_EPOCH": {"default": str(epoch)},
             "CREATED": {"default": created},
             "INSTALLER_BASE": {"default": installer_base},
