@@ -25,6 +25,18 @@ def build_cache_bytes(engine: ScratchEngine) -> int:
     return sum(entry.get("Size", 0) for entry in engine.client().df().get("BuildCache") or [])
 
 
+# written out: the checkout's revision of the build definition as the test hands it to make_room, and another one
+REVISION, OTHER_REVISION = "1" * 40, "2" * 40
+
+
+def labelled(engine: ScratchEngine, base: str, tag: str, revision: str, where: Path) -> None:
+    """`tag` on the engine: `base` with the revision label the builder gives every stage."""
+    where.mkdir()
+    (where / "Dockerfile").write_text(f"FROM {base}\nLABEL org.opencontainers.image.revision={revision}\n")
+    subprocess.run(["docker", "--host", engine.host, "buildx", "build", "--load", "-t", tag, str(where)], check=True,
+                   capture_output=True)
+
+
 def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_image_amd64, tmp_path):
     engine = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-scratch-")))
     engine.start()
@@ -32,8 +44,12 @@ def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_
         engine.load_from(os_image_amd64)
         leftovers = {"ascend-images-robust-0123abcd/base:debian12-py3.11-amd64", "127.0.0.1:5999/pushed/base:x"}
         ci = "ascend-images-test/base:debian12-py3.11-amd64"
-        for tag in (*leftovers, ci):
+        for tag in leftovers:
             engine.docker("tag", os_image_amd64, tag)
+        labelled(engine, os_image_amd64, ci, REVISION, tmp_path / "ci")
+        # a CI image of another revision: its run builds every stage again, so it is no warm run's
+        stale = "ascend-images-test/cann:9.1.0-a2-debian12-py3.11-amd64"
+        labelled(engine, os_image_amd64, stale, OTHER_REVISION, tmp_path / "stale")
         context = tmp_path / "context"
         context.mkdir()
         (context / "Dockerfile").write_text(f"FROM {os_image_amd64}\nRUN head -c 20000000 /dev/urandom > /blob\n")
@@ -46,23 +62,30 @@ def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_
         (dead / "dockerd.pid").write_text("999999999\n")
         said: list[str] = []
 
-        assert make_room(0, 0, engine.host, said.append, scratch_tmp)
+        assert make_room(0, 0, engine.host, said.append, scratch_tmp, REVISION)
         assert tags(engine) == {os_image_amd64, ci, "probe:made"}
         assert not dead.exists()
         assert build_cache_bytes(engine) > 10_000_000  # room enough: the cache stays
-        assert "removed 2 leftover tag(s)" in said[1] and "1 stale scratch engine root(s)" in said[1], said
+        assert "this warm run wants 0 GB" in said[0], said
+        assert "removed 2 leftover tag(s), 1 CI image tag(s) of another revision than 111111111111" in said[1], said
+        assert "1 stale scratch engine root(s)" in said[1], said
 
         said.clear()
         too_much = free_bytes(engine.client().info()["DockerRootDir"]) + 10_000 * GB
-        assert not make_room(too_much, too_much, engine.host, said.append, scratch_tmp)
+        assert not make_room(too_much, too_much, engine.host, said.append, scratch_tmp, REVISION)
         assert build_cache_bytes(engine) == 0
         assert ci not in tags(engine) and os_image_amd64 in tags(engine)
         assert any("BuildKit's cache pruned" in line for line in said), said
         assert any("removed the CI images" in line for line in said), said
         # with no CI image left the run is a cold one: the cold figure is the one that counts
         said.clear()
-        assert make_room(too_much, 0, engine.host, said.append, scratch_tmp)
+        assert make_room(too_much, 0, engine.host, said.append, scratch_tmp, REVISION)
         assert "this cold run wants 0 GB" in said[0], said
-        assert not make_room(0, too_much, engine.host, said.append, scratch_tmp)
+        assert not make_room(0, too_much, engine.host, said.append, scratch_tmp, REVISION)
+        # CI images of another revision only: a cold run as well, and they go first
+        said.clear()
+        labelled(engine, os_image_amd64, stale, OTHER_REVISION, tmp_path / "stale-again")
+        assert make_room(too_much, 0, engine.host, said.append, scratch_tmp, REVISION)
+        assert "this cold run wants 0 GB" in said[0] and stale not in tags(engine), said
     finally:
         engine.stop()
