@@ -42,6 +42,8 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     (["render", "--torch-index-url", "ftp://mirror.example/simple"], "expected an http(s)://HOST/... index URL"),
     (["build", "--checksums", "/nonexistent/sums"], "--checksums /nonexistent/sums: no such file"),
     (["fetch", "--dest", "/proc/forbidden"], "--dest /proc/forbidden: nothing can be made under /proc"),
+    (["fetch", "--bake-inputs", ""], "--bake-inputs is empty: give a directory path"),
+    (["fetch", "--bake-inputs", "/proc/forbidden"], "--bake-inputs /proc/forbidden: nothing can be made under /proc"),
     (["build", "--jobs", "abc"], "--jobs abc: expected a whole number from 1 to 10000"),
     (["build", "--jobs", "0"], "--jobs 0: expected a whole number from 1 to 10000"),
     (["bench", "--runs", "0"], "--runs 0: expected a whole number from 1 to 10000"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ascend_images.cli.options import LockFlags, Selection, SourceFlags, checked_path, output_path, whole_number
 from ascend_images.cli.taskdef import MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
@@ -27,6 +28,9 @@ from ascend_images.matrix.model import Variant
 from ascend_images.matrix.rules import enforce
 from ascend_images.matrix.selection import all_variants, choices
 
+if TYPE_CHECKING:
+    from ascend_images.inputs.wheelstore import WheelStore
+
 Out = Callable[[str], None]
 
 
@@ -41,7 +45,10 @@ def fetch(c, sel, sources, dest=None, record=False, bake_inputs=None):
     """Download every file the selection needs (CANN, kernel zips, tag archives, vendor wheels, BiSheng Python,
     sdists) into the cache, verified against pins.yaml; what it lacks is trusted on first use on this host."""
     sources.cache_dir, sources.cache_flag = dest, "--dest"
-    inputs_dir = run_body(output_path, "--bake-inputs", bake_inputs, "build/bake-inputs") if bake_inputs else None
+    from ascend_images.stages.bake import INPUTS_DEFAULT
+
+    # an empty --bake-inputs is output_path's error, not a silent no
+    inputs_dir = None if bake_inputs is None else run_body(output_path, "--bake-inputs", bake_inputs, INPUTS_DEFAULT)
     run_body(fetch_selection, sel, sources, print, record=record, bake_inputs=inputs_dir)
 
 
@@ -128,26 +135,31 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
 def lay_out_for_bake(variants: list[Variant], flags: SourceFlags, root: Path, out: Out) -> list[Path]:
     """Each stage of the variants' plan: its named contexts under `root/<bake target>/` (builder.stageinputs)."""
     from ascend_images.builder.stageinputs import lay_out_bake_inputs
-    from ascend_images.inputs.pypi import PYPI_SIMPLE
-    from ascend_images.inputs.wheelstore import WheelStore
     from ascend_images.stages.plan import PlanOptions, make_plan
 
     sources = flags.sources(variants[0].matrix)
     plan = make_plan(variants, PlanOptions(sources.cann))
-    laid_out = lay_out_bake_inputs(plan, sources, WheelStore(flags.store_root(), [PYPI_SIMPLE], out=note), root)
+    laid_out = lay_out_bake_inputs(plan, sources, host_wheel_store(flags), root)
     out(f"bake inputs: {len(laid_out)} target(s) in {root} (docker buildx bake -f rendered/docker-bake.json, "
         f"BAKE_INPUTS={root})")
     return laid_out
 
 
+def host_wheel_store(flags: SourceFlags, index_url: str | None = None) -> WheelStore:
+    """The host's wheel store the flags name, fetching from `index_url` (default PyPI)."""
+    from ascend_images.inputs.pypi import PYPI_SIMPLE
+    from ascend_images.inputs.wheelstore import WheelStore
+
+    return WheelStore(flags.store_root(), [index_url or PYPI_SIMPLE], out=note)
+
+
 def fill_wheel_store(variants: list[Variant], flags: SourceFlags, out: Out, index_url: str | None = None) -> int:
     """Every locked file of the variants into the host's wheel store (those already there are checked): what an
     --offline build of them installs. Returns how many were downloaded."""
-    from ascend_images.inputs.pypi import PYPI_SIMPLE
-    from ascend_images.inputs.wheelstore import WheelStore, variant_files
+    from ascend_images.inputs.wheelstore import variant_files
 
     wanted = dict.fromkeys(f for v in variants for f in variant_files(v))
-    store = WheelStore(flags.store_root(), [index_url or PYPI_SIMPLE], out=note)
+    store = host_wheel_store(flags, index_url)
     note(f"wheel store: {len(wanted)} locked file(s) for {len(variants)} variant(s) in {store.root}")
     store.ensure(wanted)
     out(f"wheel store: {len(wanted)} file(s) there, {len(store.downloaded)} downloaded now ({store.root})")
