@@ -51,11 +51,10 @@ def revision(root: Path = ROOT) -> str:
 
 
 # What the images are made from: a commit that changes none of these changes no image, so it keeps the images'
-# SOURCE_DATE_EPOCH and revision (and the CI's images of the commit before stay current). The builder is one of
-# them: it writes labels into every image (the content key) and chooses how BuildKit exports it, so a rebuild at an
-# older builder's revision gave other digests
+# SOURCE_DATE_EPOCH and revision (and the CI's images of the commit before stay current). The builder is not among
+# them: every label, output and cache setting is the bake definition's (stages/bake.py), which it only runs
 BUILD_DEFINITION = ("matrix.yaml", "pins.yaml", "locks", "upstream", "images", "src/ascend_images/stages",
-                    "src/ascend_images/matrix", "src/ascend_images/inputs", "src/ascend_images/builder")
+                    "src/ascend_images/matrix", "src/ascend_images/inputs")
 
 
 @dataclass(frozen=True)

@@ -93,11 +93,11 @@ def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
 
 
 # --- the fleet figure: a second engine's build with the stage cache warm, as a fraction of the cold build ----------
-def fleet(built=0, cached=4, reused=0, seconds=30.0, **over):
+def fleet(built=0, cached=4, seconds=30.0, **over):
     """A report whose cold build took 600 s and whose second engine took `seconds` with the stage cache warm."""
     return report(stage_cache="localhost:5000/cache", fleet_engine="scratch dockerd on this host",
                   fleet_seconds=seconds, fleet_fraction=round(seconds / 600.0, 4),
-                  fleet_statuses={"built": built, "cached": cached, "reused": reused}, fleet_error=None, **over)
+                  fleet_statuses={"built": built, "cached": cached}, fleet_error=None, **over)
 
 
 def rows(r) -> dict[str, str]:
@@ -110,7 +110,7 @@ def test_fleet_figure_met_when_only_transfer_within_10pct_of_cold():
     assert verdicts(r)["fleet_within_10pct"] is True
     shown = rows(r)
     assert shown["fleet build (2nd engine, cache warm)"] == \
-        "30.0 s = 5.00% of cold: 4 cached, 0 built, 0 reused (target <= 10%, nothing built)"
+        "30.0 s = 5.00% of cold: 4 cached, 0 built (target <= 10%, nothing built)"
     assert shown["target fleet_within_10pct"] == "met"
 
 
@@ -189,8 +189,9 @@ class FakeEngine:
 
 @pytest.fixture
 def fake_bench(monkeypatch, tmp_path):
-    """run_bench on fakes: each Builder records its engine and settings; a forced (cold) build takes 600 s, a build on
-    the fleet engine 30 s and pulls every stage, any other build 6 s and reuses every stage."""
+    """run_bench on fakes: each Builder records the engine it builds on (DOCKER_HOST, as buildx takes it) and its
+    settings; a cold build (BuildKit's cache ignored) takes 600 s and builds every stage, a build on the fleet engine
+    30 s and takes every stage from the cache, any other build 6 s and takes every stage from the cache."""
     from types import SimpleNamespace
 
     import ascend_images.bench.fleet as bench_fleet
@@ -206,21 +207,22 @@ def fake_bench(monkeypatch, tmp_path):
                             host_client=FakeClient(), clock=clock)
 
     class FakeBuilder:
-        def __init__(self, client, settings, out=None):
-            self.client, self.settings = client, settings
+        def __init__(self, settings, out=None):
+            self.settings = settings
+            self.host = os.environ.get("DOCKER_HOST")
+            self.on_fleet = any(self.host == engine.host for engine in FakeEngine.made)
+            self.wanted = self.downloaded = 0
             builders.append(self)
 
         def build(self, plan):
             self.plan = plan
-            on_fleet = self.client is fleet_client
-            if on_fleet and state.fail:
+            if self.on_fleet and state.fail:
                 raise state.fail
-            clock[0] += 30.0 if on_fleet else 600.0 if self.settings.force else 6.0
-            status = "cached" if on_fleet else "built" if self.settings.force else "reused"
-            if on_fleet:
-                fleet_client.api.state += [{"Id": f"id-{s.tag}", "RepoTags": [s.tag, f"{self.settings.stage_cache}/"
-                                            f"{s.repo.rsplit('/', 1)[-1]}:ck-{s.tag[-6:]}"]} for s in plan.stages]
-            return [StageResult(s.tag, s.kind, status, f"id-{s.tag}", "key", 1.0, None, "") for s in plan.stages]
+            clock[0] += 30.0 if self.on_fleet else 600.0 if self.settings.nocache else 6.0
+            status = "built" if self.settings.nocache and not self.on_fleet else "cached"
+            if self.on_fleet:
+                fleet_client.api.state += [{"Id": f"id-{s.tag}", "RepoTags": [s.tag]} for s in plan.stages]
+            return [StageResult(s.tag, s.kind, status, f"id-{s.tag}", 1.0, None, "") for s in plan.stages]
 
         def native_tool(self, stage, name):
             self.tool = (stage, name)
@@ -262,7 +264,7 @@ def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
 
     result = run_bench(fake_bench.setup(), runs=1, measure_alone=False)
     assert not FakeEngine.made and not fake_bench.loaded
-    assert all(b.client is fake_bench.host_client and b.settings.stage_cache is None for b in fake_bench.builders)
+    assert all(not b.on_fleet and b.settings.stage_cache is None for b in fake_bench.builders)
     assert result["stage_cache"] is None and result["fleet_seconds"] is None and result["fleet_fraction"] is None
     assert result["verdicts"]["fleet_within_10pct"] is None
     steps = fake_bench.progress.getvalue().splitlines()
@@ -280,9 +282,9 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
 
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
     cold, *rest = fake_bench.builders
-    assert cold.settings.force and cold.settings.stage_cache == "localhost:5000/cache"
-    (on_fleet,) = [b for b in rest if b.client is fake_bench.fleet_client]
-    assert on_fleet.settings.stage_cache == "localhost:5000/cache" and not on_fleet.settings.force
+    assert cold.settings.nocache and cold.settings.stage_cache == "localhost:5000/cache"
+    (on_fleet,) = [b for b in rest if b.on_fleet]
+    assert on_fleet.settings.stage_cache == "localhost:5000/cache" and not on_fleet.settings.nocache
     assert [s.tag for s in on_fleet.plan.stages] == [s.tag for s in cold.plan.stages]
     assert all(b.settings.stage_cache is None for b in rest if b is not on_fleet)
     (engine,) = FakeEngine.made
@@ -291,7 +293,7 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
     assert len(fake_bench.loaded) == 1 and fake_bench.loaded[0][0].startswith("debian")  # the OS image, no stage
     stages = len(cold.plan.stages)
     assert result["fleet_seconds"] == 30.0 and result["fleet_fraction"] == 0.05 and result["cold_seconds"] == 600.0
-    assert result["fleet_statuses"] == {"built": 0, "cached": stages, "reused": 0}
+    assert result["fleet_statuses"] == {"built": 0, "cached": stages}
     assert result["verdicts"]["fleet_within_10pct"] is True
     assert f"30.0 s = 5.00% of cold: {stages} cached, 0 built" in table(result)
     assert any(line.startswith("bench 4/11 fleet: a second, empty engine")
@@ -299,21 +301,21 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
 
 
 def test_the_rebuild_warm_and_pull_phases_build_as_they_say(fake_bench):
-    """The rebuild is a second cold build (no content key, no BuildKit cache), the warm build skips the content key
-    but not BuildKit's cache, neither touches the stage cache; the pull phase gets the selection's images."""
+    """The rebuild is a second cold build (BuildKit's cache ignored), the warm build takes BuildKit's cache, neither
+    touches the stage cache; the pull phase gets the selection's images."""
     from ascend_images.bench.run import run_bench, table
 
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
     cold, rebuild, warm, *_ = fake_bench.builders
-    assert (rebuild.settings.force, rebuild.settings.nocache, rebuild.settings.stage_cache) == (True, True, None)
-    assert (warm.settings.force, warm.settings.nocache, warm.settings.stage_cache) == (True, False, None)
+    assert (rebuild.settings.nocache, rebuild.settings.stage_cache) == (True, None)
+    assert (warm.settings.nocache, warm.settings.stage_cache) == (False, None)
     assert result["rebuild_same"] is True and result["verdicts"]["rebuild_same_digest"] is True
     assert fake_bench.pulled == [cold.plan.stages[-1].tag]
     rows = {line.split("  ", 1)[0]: line for line in table(result).splitlines()}
     name = cold.plan.stages[-1].tag.rsplit(":", 1)[-1]
     assert rows[f"pull {name}"].endswith("gzip 30.0 s / 900.0 MB, zstd 20.0 s / 800.0 MB")
     assert "every stage the same" in rows["rebuild to the same digest"]
-    assert "100.00% of cold" in rows["warm build (BuildKit's cache)"]  # the fake builds every forced plan in 600 s
+    assert "1.00% of cold" in rows["warm build (BuildKit's cache)"]  # the fake: 6 s from the cache, 600 s cold
 
 
 def test_a_rebuild_to_another_digest_names_the_stages_and_misses_the_target():
@@ -321,7 +323,7 @@ def test_a_rebuild_to_another_digest_names_the_stages_and_misses_the_target():
     from ascend_images.builder.build import StageResult
 
     def results(*ids):
-        return [StageResult(f"ns/s:{n}", "base", "built", i, "key", 1.0, None, "") for n, i in enumerate(ids)]
+        return [StageResult(f"ns/s:{n}", "base", "built", i, 1.0, None, "") for n, i in enumerate(ids)]
 
     figures = rebuild_figures(results("sha256:a", "sha256:b"), results("sha256:a", "sha256:c"), 61.04)
     assert figures == {"rebuild_seconds": 61.0, "rebuild_same": False, "rebuild_different": ["ns/s:1"]}
@@ -401,22 +403,16 @@ def test_a_scratch_engine_needs_root(monkeypatch, tmp_path):
 # --- downloads, the install phase and --only --------------------------------------------------------------------------
 def test_downloads_are_each_once_when_the_fetches_equal_the_distinct_files(tmp_path):
     from ascend_images.bench.run import downloads
-    from ascend_images.builder.build import StageResult
 
     store = tmp_path / "store"
     for key in ("a" * 64, "b" * 64, "c" * 64):
         (store / key).mkdir(parents=True)
     (store / ".downloads").mkdir()  # the staging directory is no stored file
 
-    def result(tag, wanted, downloaded):
-        return StageResult(tag, "torch", "built", "id", "key", 1.0, None, "", wanted, downloaded)
-
-    shared = downloads([result("torch", 2, 2), result("vllm", 2, 1), result("cann", 0, 0)], store)
-    assert shared == {"stages": [{"tag": "torch", "wanted": 2, "downloaded": 2},
-                                 {"tag": "vllm", "wanted": 2, "downloaded": 1}],
-                      "wanted_total": 4, "downloaded": 3, "distinct_stored": 3, "each_once": True}
-    # the second stage fetched the shared file again
-    assert downloads([result("torch", 2, 2), result("vllm", 2, 2)], store)["each_once"] is False
+    shared = downloads({"wanted": 4, "downloaded": 3}, 3, store)
+    assert shared == {"stages": 3, "wanted_total": 4, "downloaded": 3, "distinct_stored": 3, "each_once": True}
+    # a file fetched twice: more downloads than files stored
+    assert downloads({"wanted": 4, "downloaded": 4}, 3, store)["each_once"] is False
 
 
 def install_figures(native_s):
@@ -492,7 +488,7 @@ def test_the_install_phase_measures_the_backend_stage_over_its_parent_with_its_i
     assert fake_bench.builders[-1].tool == (stage, installer)
     assert seen["import"] == stage.parent.tag and stage.parent.kind == "torch"
     assert result["verdicts"]["install_within_0_25_of_pip"] is True
-    assert "cold_seconds" not in result and not any(b.settings.force for b in fake_bench.builders)
+    assert "cold_seconds" not in result and not any(b.settings.nocache for b in fake_bench.builders)
     steps = fake_bench.progress.getvalue().splitlines()
     assert [line.split(" ")[1] for line in steps] == ["1/11", "2/11"]  # the fixture's Steps counts all eleven
 

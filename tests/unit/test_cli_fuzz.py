@@ -100,11 +100,11 @@ NUMBER = st.one_of(st.sampled_from(["1", "2", "0", "-1", "abc", "1.5", "٣", "99
 
 
 @SETTINGS
-@given(jobs=NUMBER, runs=NUMBER)
-def test_number_flags(jobs, runs):
-    # an unknown device stops either task right after its flags are checked, so nothing is built
-    assert assert_clean(run("build", "--jobs", jobs, "--device", "a9")[1])
+@given(runs=NUMBER, replicas=NUMBER)
+def test_number_flags(runs, replicas):
+    # an unknown device stops the bench right after its flags are checked, so nothing is built
     assert assert_clean(run("bench", "--runs", runs, "--device", "a9")[1])
+    assert assert_clean(run("run", "--print", "--format", "k8s", "--image", "x", "--replicas", replicas)[1])
 
 
 @SETTINGS

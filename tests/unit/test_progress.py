@@ -139,16 +139,16 @@ def vertex(digest: str, name: str, started: bool = True, completed: bool = False
 
 def test_a_builds_step_lines_go_to_stderr_and_its_outcome_to_stdout(voice, tmp_path, capsys):
     """StageProgress's step and heartbeat lines are progress (stderr, none with -q); the Builder's `out` gets what
-    became of each stage. With --jobs 2 the step lines are still stderr, under the builder's lock."""
+    became of each stage."""
     output = base64.b64encode(b"some output\n").decode()
     events = [{"vertexes": [vertex("sha256:a", "[internal] load build definition from Dockerfile", completed=True)]},
               {"vertexes": [vertex("sha256:b", "[packages 1/3] FROM debian:12")]},
               {"logs": [{"vertex": "sha256:b", "stream": 1, "data": output}]},
               {"vertexes": [vertex("sha256:b", "[packages 1/3] FROM debian:12", completed=True)]}]
-    for jobs in (1, 2):
+    for jobs in (1,):
         said: list[str] = []
-        builder = Builder(object(), BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path,
-                                                  jobs=jobs), out=said.append)  # type: ignore[arg-type]
+        builder = Builder(BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path),
+                          out=said.append)
         with StageProgress("[1/4 base]", tmp_path / f"{jobs}.log", builder.progress) as stage:
             for event in events:
                 stage.event(event)
@@ -225,3 +225,40 @@ def test_a_stage_made_wholly_from_a_cache_counts_no_step_run(tmp_path):
     with StageProgress("[2/4 cann-install]", tmp_path / "d.log", lambda line: None) as stage:
         stage.event({"vertexes": [vertex("sha256:r2", "[stage-0 2/4] RUN true", completed=True)]})
     assert (stage.steps_run, stage.steps_cached) == (1, 0)
+
+
+def test_a_bakes_rawjson_is_told_apart_by_target_and_a_shared_step_logged_in_each(tmp_path):
+    """buildx prefixes each vertex with its target (`[t1 packages 1/2]`, `[t1 internal]`, `[t1] exporting to
+    image`); the same step in two targets is one digest under two names. Each target's log gets its own vertices
+    with the prefix gone, the shared step's output once each; what names no target goes to the bake's log."""
+    from ascend_images.builder.progress import BakeProgress
+
+    shared = base64.b64encode(b"uv installed\n").decode()
+    events = [{"vertexes": [vertex("sha256:d1", "[t1 internal] load build definition from Dockerfile", completed=True),
+                            vertex("sha256:u", "[t1 installer 2/2] RUN install-uv")]},
+              {"vertexes": [vertex("sha256:u", "[t1-x installer 2/2] RUN install-uv")]},
+              # buildx sends the shared step's output in each target's stream: twice, the same
+              {"logs": [{"vertex": "sha256:u", "stream": 1, "data": shared, "timestamp": "t"}]},
+              {"logs": [{"vertex": "sha256:u", "stream": 1, "data": shared, "timestamp": "t"}]},
+              {"vertexes": [vertex("sha256:u", "[t1 installer 2/2] RUN install-uv", completed=True),
+                            vertex("sha256:e", "[t1] exporting to image", completed=True)]},
+              {"vertexes": [vertex("sha256:l", "[internal] load local bake definitions", completed=True)]},
+              "ERROR: target t1-x: failed to solve"]
+    logs = {}
+    with StageProgress("[1/2 base]", tmp_path / "t1.log", lambda line: None) as one, \
+            StageProgress("[2/2 torch]", tmp_path / "t1-x.log", lambda line: None) as two, \
+            StageProgress("[bake]", tmp_path / "bake.log", lambda line: None) as log:
+        demux = BakeProgress({"t1": one, "t1-x": two}, log)
+        for event in events:
+            demux.event(event)
+    for name in ("t1", "t1-x", "bake"):
+        logs[name] = [line for line in (tmp_path / f"{name}.log").read_text().splitlines()
+                      if not line.startswith("[ascend-images]")]
+    assert logs["t1"] == ["#1 [internal] load build definition from Dockerfile", "#1 DONE 1.8s",
+                          "#2 [installer 2/2] RUN install-uv", "#2 uv installed", "#2 DONE 1.8s",
+                          "#3 exporting to image", "#3 DONE 1.8s"]
+    assert logs["t1-x"] == ["#1 [installer 2/2] RUN install-uv", "#1 uv installed"]
+    assert logs["bake"] == ["#1 [internal] load local bake definitions", "#1 DONE 1.8s",
+                            "ERROR: target t1-x: failed to solve"]
+    assert one.exported and not two.exported
+    assert (one.steps_run, two.steps_run) == (1, 0)

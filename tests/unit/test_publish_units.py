@@ -5,7 +5,7 @@ import pytest
 
 from ascend_images.matrix.selection import select
 from ascend_images.release.publish import PublishError, Target, group_variants
-from ascend_images.release.registry import Manifest, RegistryError, manifest_list, retry
+from ascend_images.release.registry import Manifest, RegistryError, image_index, retry
 
 
 def test_retry_transient_then_success():
@@ -86,12 +86,17 @@ def test_a_chosen_setting_gets_its_own_list_and_no_alias(matrix, choice):
         "0.23.0-cann9.1.0-a3-debian12-py3.11")), group.images["arm64"].tag
 
 
-def test_manifest_list_references_children_by_digest():
-    child = Manifest("sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", 1234, {})
-    doc = json.loads(manifest_list([(child, {"architecture": "arm64", "os": "linux", "variant": "v8"})]))
-    assert doc["mediaType"] == "application/vnd.docker.distribution.manifest.list.v2+json"
+def test_image_index_references_children_by_digest_with_their_annotations():
+    child = Manifest("sha256:" + "a" * 64, "application/vnd.oci.image.manifest.v1+json", 1234, {})
+    base = {"org.opencontainers.image.base.name": "reg/ns/torch-npu:x-arm64"}
+    doc = json.loads(image_index([(child, {"architecture": "arm64", "os": "linux", "variant": "v8"}, base),
+                                  (child, {"architecture": "amd64", "os": "linux"}, {})]))
+    assert doc["mediaType"] == "application/vnd.oci.image.index.v1+json"
     assert doc["manifests"] == [{"mediaType": child.media_type, "size": 1234, "digest": child.digest,
-                                 "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}}]
+                                 "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"},
+                                 "annotations": {"org.opencontainers.image.base.name": "reg/ns/torch-npu:x-arm64"}},
+                                {"mediaType": child.media_type, "size": 1234, "digest": child.digest,
+                                 "platform": {"architecture": "amd64", "os": "linux"}}]
 
 
 def test_ci_matrix_is_a_strategy_matrix():

@@ -17,10 +17,10 @@ def test_committed_dockerfiles_are_what_the_matrix_renders():
 
 
 def test_invoke_render_check_fails_on_drift_and_update_fixes_it(tmp_path):
-    """A changed common default is baked in the cann stage: the check names exactly the cann Dockerfiles (CANN 8.5.0
-    of both devices' verl over SGLang 0.5.10, 9.0.0 of both devices' SGLang and 9.1.0 of both devices' training base
-    and vLLM, all locked for arm64 only) among the Dockerfiles, and env.json, which documents every variable, of the
-    stages from CANN up; it shows the changed line, and exits 1."""
+    """A changed common default is baked in the cann stage: the check names exactly the cann Dockerfiles (CANN 8.3.RC1
+    of A2's old layout CI tests, 8.5.0 of both devices' verl over SGLang 0.5.10, 9.0.0 of both devices' SGLang and
+    9.1.0 of both devices' training base and vLLM, all locked for arm64 only) among the Dockerfiles, and env.json,
+    which documents every variable, of the stages from CANN up; it shows the changed line, and exits 1."""
     def longer_timeout(data: dict) -> None:
         data["env"]["common"]["HCCL_CONNECT_TIMEOUT"]["value"] = "7200"
 
@@ -32,8 +32,9 @@ def test_invoke_render_check_fails_on_drift_and_update_fixes_it(tmp_path):
     assert '+    HCCL_CONNECT_TIMEOUT="7200"' in stale.stdout or '+ENV HCCL_CONNECT_TIMEOUT="7200"' in stale.stdout
     result, _ = drift(matrix)
     assert [name for name in result.stale if name.endswith("/Dockerfile")] == [
-        f"cann--{version}-{device}-debian12-py3.11-arm64/Dockerfile"
-        for version in ("8.5.0", "9.0.0", "9.1.0") for device in ("a2", "a3")]
+        "cann--8.3.rc1-a2-debian12-py3.11-arm64/Dockerfile", *(
+            f"cann--{version}-{device}-debian12-py3.11-arm64/Dockerfile"
+            for version in ("8.5.0", "9.0.0", "9.1.0") for device in ("a2", "a3"))]
     assert {name.split("/", 1)[1] for name in result.stale if not name.endswith("/Dockerfile")} == {"etc/env.json"}
     fixed = subprocess.run([sys.executable, "-m", "invoke", "render", "--update", "--matrix", str(matrix)],
                            cwd=ROOT, capture_output=True, text=True)
@@ -57,32 +58,35 @@ def test_update_removes_what_is_no_longer_rendered(tmp_path):
 
 def test_the_bake_file_chains_the_stages_and_takes_its_inputs_as_variables():
     """rendered/docker-bake.json, read as bake reads it: each stage over its parent's target (a named context that
-    replaces the parent's image reference), the inputs and SOURCE_DATE_EPOCH as variables, one platform, one tag."""
+    replaces the parent's name in FROM), where the contexts are, the inputs, the namespace and SOURCE_DATE_EPOCH as
+    variables, one platform, one tag."""
     import json
 
     bake = json.loads((ROOT / "rendered" / "docker-bake.json").read_text())
     targets = bake["target"]
     sglang = targets["sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64"]
     # written out by hand: the default SGLang image of A3 over its torch image, from the committed context
-    assert sglang["context"] == "rendered/sglang--0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"
+    assert sglang["context"] == "${CONTEXTS}/sglang--0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"
     assert sglang["contexts"] == {
         "ascend-images/torch-npu:2.10.0-cann9.0.0-a3-debian12-py3.11-arm64":
             "target:torch-npu--2_10_0-cann9_0_0-a3-debian12-py3_11-arm64",
         "artifacts": "${BAKE_INPUTS}/sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64/artifacts",
         "wheels": "${BAKE_INPUTS}/sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64/wheels"}
     assert sglang["platforms"] == ["linux/arm64"]
-    assert sglang["tags"] == ["ascend-images/sglang:0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"]
+    assert sglang["tags"] == ["${NAMESPACE}/sglang:0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"]
     assert sglang["args"] == {"SOURCE_DATE_EPOCH": "${SOURCE_DATE_EPOCH}", "INSTALLER_BASE": "${INSTALLER_BASE}"}
     # the chain down to the OS: each target's parent is a target of the file, and every context directory is committed
     chain, name = [], "sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64"
     while name:
         chain.append(name.split("--")[0])
-        assert (ROOT / targets[name]["context"] / "Dockerfile").is_file()
+        assert (ROOT / targets[name]["context"].replace("${CONTEXTS}", "rendered") / "Dockerfile").is_file()
         parents = [v for v in targets[name]["contexts"].values() if v.startswith("target:")]
         name = parents[0].removeprefix("target:") if parents else ""
     assert chain == ["sglang", "torch-npu", "cann", "cann-install", "base"]
     assert bake["variable"]["SOURCE_DATE_EPOCH"] == {"default": "1795824000"}  # matrix.yaml's 2026-11-28, UTC
     assert bake["variable"]["BAKE_INPUTS"] == {"default": "build/bake-inputs"}  # where `invoke fetch` lays them out
+    assert bake["variable"]["CONTEXTS"] == {"default": "rendered"}
+    assert bake["variable"]["NAMESPACE"] == {"default": "ascend-images"}
     assert targets["cann--9_0_0-a3-debian12-py3_11-arm64"]["contexts"] == {
         "ascend-images/cann-install:9.0.0-a3-debian12-py3.11-arm64":
             "target:cann-install--9_0_0-a3-debian12-py3_11-arm64"}  # mounts no input

@@ -9,7 +9,13 @@ import stat
 
 import pytest
 
-from ascend_images.builder.stageinputs import mounted_contexts, referenced, secret_documents, stage_inputs
+from ascend_images.builder.stageinputs import (
+    lay_out_contexts,
+    mounted_contexts,
+    referenced,
+    secret_documents,
+    write_secrets,
+)
 from ascend_images.errors import BuildError, SelectionError
 from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
 from ascend_images.inputs.wheelstore import WheelStore
@@ -51,41 +57,34 @@ def test_each_named_context_holds_exactly_what_the_stage_names(tmp_path, store):
     assert referenced(dockerfile, "artifacts") == ["zip-1.zip"]
     sources = Sources(CannSource("url", strict=False), ArtifactSource(artifacts))
     wanted = [f"a==1.0 --hash=sha256:{sha(b'a')}", f"b==2.0 --hash=sha256:{sha(b'b')}"]
-    with stage_inputs(dockerfile, wanted, sources, BuildInputs(), store, tmp_path / "scratch") as given:
-        contexts = {name: sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
-                    for name, path in given.contexts.items()}
-        scratch = next(iter(given.contexts.values())).parent
+    given = lay_out_contexts(dockerfile, wanted, sources, store, tmp_path / "inputs")
+    contexts = {name: sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+                for name, path in given.items()}
     # written out by hand: the two locked wheels and the sdist the Dockerfile names, by sha256; the one zip
     assert contexts == {"wheels": sorted([f"{sha(b'a')}/a-1.0-py3-none-any.whl", f"{sha(b'b')}/b-2.0-py3-none-any.whl",
                                           f"{sha(b'c')}/c-3.0.tar.gz"]),
                         "artifacts": ["zip-1.zip"]}
-    assert not scratch.exists()  # removed with the build
 
 
 def test_a_file_no_directory_holds_stops_before_the_build(tmp_path, store):
     sources = Sources(CannSource("url", strict=False), ArtifactSource(None))
-    with pytest.raises(BuildError, match=r"/run/ascend-images/artifacts/zip-1.zip, and no local directory holds it"), \
-            stage_inputs(DOCKERFILE % ("0" * 64, "0" * 64), [], sources, BuildInputs(), store, tmp_path):
-        pass
+    with pytest.raises(BuildError, match=r"/run/ascend-images/artifacts/zip-1.zip, and no local directory holds it"):
+        lay_out_contexts(DOCKERFILE % ("0" * 64, "0" * 64), [], sources, store, tmp_path / "inputs")
 
 
-def test_secrets_are_private_files_of_the_build_and_gone_after_it(tmp_path, store):
+def test_secrets_are_private_files_of_the_build(tmp_path, store):
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\nmarker-ca\n")
     netrc = tmp_path / "netrc"
     netrc.write_text("machine pypi.corp login u password marker-pw\n")
     inputs = BuildInputs(ca_bundle=ca, netrc=netrc, pip_index_url="https://mirror.example/simple")
-    sources = Sources(CannSource("url", strict=False))
-    with stage_inputs("FROM x\n", [], sources, inputs, store, tmp_path / "scratch") as given:
-        modes = {name: stat.S_IMODE(path.stat().st_mode) for name, path in given.secrets.items()}
-        folder = stat.S_IMODE(given.secrets["ca"].parent.stat().st_mode)
-        texts = {name: path.read_text() for name, path in given.secrets.items()}
-        paths = list(given.secrets.values())
-    assert given.contexts == {}
+    secrets = write_secrets(inputs, tmp_path / "scratch" / "secrets")
+    modes = {name: stat.S_IMODE(path.stat().st_mode) for name, path in secrets.items()}
+    folder = stat.S_IMODE(secrets["ca"].parent.stat().st_mode)
+    texts = {name: path.read_text() for name, path in secrets.items()}
     assert modes == {"ca": 0o600, "netrc": 0o600, "pip-conf": 0o600} and folder == 0o700
     assert texts["ca"] == ca.read_text() and texts["netrc"] == netrc.read_text()
     assert "index-url = https://mirror.example/simple" in texts["pip-conf"]
-    assert not any(p.exists() for p in paths)
 
 
 def test_the_pip_config_names_no_server_and_the_os_mirror_is_a_secret_of_its_own():

@@ -9,9 +9,9 @@ import hashlib
 
 import pytest
 
-from ascend_images.builder.stageinputs import stage_inputs
+from ascend_images.builder.stageinputs import lay_out_contexts
 from ascend_images.errors import AscendImagesError, SelectionError
-from ascend_images.inputs.sources import BuildInputs, CannSource, Sources
+from ascend_images.inputs.sources import CannSource, Sources
 from ascend_images.inputs.wheelstore import StoredFile, WheelStore, stored_files
 from tests.fixtures.httpserver import Server
 
@@ -77,9 +77,9 @@ def test_a_stored_file_that_does_not_hash_to_its_key_is_deleted_fetched_again_an
     assert lines == [f"wheel store: {bad} hashes to {sha(b'tampered')}, not {alpha.sha256}: deleted, fetched again"]
     assert downloads(index) == ["/files/alpha-1.0-py3-none-any.whl"]
     dockerfile = "RUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels true\n"
-    with stage_inputs(dockerfile, [f"alpha==1.0 --hash=sha256:{alpha.sha256}"], Sources(CannSource("url")),
-                      BuildInputs(), store, tmp_path / "scratch") as given:
-        given_bytes = (given.contexts["wheels"] / alpha.sha256 / bad.name).read_bytes()
+    given = lay_out_contexts(dockerfile, [f"alpha==1.0 --hash=sha256:{alpha.sha256}"], Sources(CannSource("url")),
+                             store, tmp_path / "inputs")
+    given_bytes = (given["wheels"] / alpha.sha256 / bad.name).read_bytes()
     assert given_bytes == FILES["alpha-1.0-py3-none-any.whl"]
 
 

@@ -18,12 +18,12 @@ import docker
 
 from ascend_images.bench.setup import BenchSetup
 from ascend_images.builder.scratch_engine import ScratchEngine, ScratchEngineError, load_image, missing_requirement
-from ascend_images.builder.stagecache import StageCache
 from ascend_images.errors import AscendImagesError, Interrupted, SelectionError
+from ascend_images.stages.names import check_namespace
 from ascend_images.stages.plan import BuildPlan
 
 FLEET_FRACTION_MAX = 0.10
-# bench's build of a plan: (setup, plan, cold=, client=, cache=) -> (seconds, results)
+# bench's build of a plan: (setup, plan, cold=, cache=) -> (seconds, results)
 Build = Callable[..., tuple[float, list[Any]]]
 
 
@@ -34,7 +34,7 @@ def check_fleet(setup: BenchSetup) -> None:
             raise SelectionError("--fleet-engine is where the fleet build runs, which needs --stage-cache "
                                  "REGISTRY/NAMESPACE (or ASCEND_IMAGES_STAGE_CACHE) to pull from")
         return
-    StageCache(setup.stage_cache, setup.out)  # the name's own check
+    check_namespace(setup.stage_cache, "--stage-cache")
     sources = setup.settings.sources
     doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
                                        ("artifacts", sources.artifacts.test_double)) if used]
@@ -134,8 +134,8 @@ def measure_fleet(setup: BenchSetup, plan: BuildPlan, cold: float, build: Build)
                 load_image(ref, host)
         out(f"  building the selection there with the stage cache {setup.stage_cache}")
         with _builds_on(host):
-            seconds, results = build(setup, plan, cold=False, client=client, cache=True)
-        statuses = {status: sum(r.status == status for r in results) for status in ("built", "cached", "reused")}
+            seconds, results = build(setup, plan, cold=False, cache=True)
+        statuses = {status: sum(r.status == status for r in results) for status in ("built", "cached")}
         part.update(fleet_seconds=round(seconds, 1), fleet_fraction=round(seconds / cold, 4) if cold else None,
                     fleet_statuses=statuses)
         share = f" ({part['fleet_fraction']:.2%} of cold)" if part["fleet_fraction"] is not None else ""
@@ -175,7 +175,7 @@ def fleet_row(report: dict[str, Any]) -> str:
     if report.get("fleet_error"):
         return f"failed: {report['fleet_error']} (target <= 10% of cold, nothing built)"
     statuses = report.get("fleet_statuses") or {}
-    counts = ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("cached", "built", "reused"))
+    counts = ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("cached", "built"))
     return f"{report['fleet_seconds']} s = {report['fleet_fraction']:.2%} of cold: {counts} " \
            "(target <= 10%, nothing built)"
 

@@ -1,8 +1,7 @@
 """`invoke bench`: cold, shared, no-op and incremental build times, sizes, dive efficiency and start-up cost,
 measured in one run on one machine. Targets are reported, never asserted: a miss is a finding.
 
-Cold builds use `force` (ignore content keys) and `nocache` (ignore Docker's layer cache), so the user's
-images and caches are left as they are.
+Cold builds use `nocache` (BuildKit's cache ignored), so the user's images and caches are left as they are.
 
 With a stage cache (`--stage-cache REGISTRY/NAMESPACE`) the cold build of the selection pushes its stages there (it is
 the only build of the bench that uses the cache: the others would push forced rebuilds, or add lookups to the no-op
@@ -95,20 +94,21 @@ def _remove_stage_images(client: docker.DockerClient, plan: BuildPlan) -> None:
             client.api.remove_image(stage.tag)
 
 
-def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool, client: docker.DockerClient | None = None,
-           cache: bool = False, wheel_store: Path | None = None,
-           force: bool = False) -> tuple[float, list[StageResult]]:
-    """Build `plan` on `client` (default: the host's engine), with the stage cache only when `cache`, and the wheel
-    store at `wheel_store` when given. `cold`: no content key and no BuildKit cache; `force`: no content key."""
-    settings = replace(setup.settings, force=cold or force, nocache=cold,
-                       stage_cache=setup.stage_cache if cache else None,
+def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool, cache: bool = False, wheel_store: Path | None = None,
+           counts: dict[str, int] | None = None) -> tuple[float, list[StageResult]]:
+    """Build `plan` on the engine DOCKER_HOST names, with the stage cache only when `cache`, and the wheel store at
+    `wheel_store` when given. `cold`: BuildKit's cache ignored. `counts` gets the wheel store's files the build took
+    and downloaded."""
+    settings = replace(setup.settings, nocache=cold, stage_cache=setup.stage_cache if cache else None,
                        stage_cache_read_only=setup.stage_cache_read_only,
                        wheel_store=wheel_store or setup.settings.wheel_store)
     # the builder's own lines (stage, step, heartbeat, log path), indented under the bench's phase: a cold build
     # of two emulated backends runs for half an hour
-    builder = Builder(client or setup.client, settings, out=lambda line: setup.out(f"    {line}"))
+    builder = Builder(settings, out=lambda line: setup.out(f"    {line}"))
     started = time.monotonic()
     results = builder.build(plan)
+    if counts is not None:
+        counts.update(wanted=builder.wanted, downloaded=builder.downloaded)
     return time.monotonic() - started, results
 
 
@@ -157,10 +157,11 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
         setup.steps.begin(f"cold build of the selection ({len(plan.stages)} stages{pushing}, an empty wheel store)")
         store = work / "wheel-store"
         shutil.rmtree(store, ignore_errors=True)
-        cold, cold_results = _build(setup, plan, cold=True, cache=True, wheel_store=store)
+        counts: dict[str, int] = {}
+        cold, cold_results = _build(setup, plan, cold=True, cache=True, wheel_store=store, counts=counts)
         report["cold_seconds"] = round(cold, 1)
         report["stages"] = [{"tag": r.tag, "kind": r.kind, "seconds": round(r.seconds, 1)} for r in cold_results]
-        report["downloads"] = downloads(cold_results, store)
+        report["downloads"] = downloads(counts, len(plan.stages), store)
         out(f"  {cold:.0f}s; {downloads_row(report['downloads'])}")
     else:
         setup.steps.begin(f"build of the selection ({len(plan.stages)} stages; what the engine holds is reused)")
@@ -168,15 +169,15 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
         out(f"  {seconds:.0f}s")
 
     if "rebuild" in phases:
-        setup.steps.begin("rebuild from nothing (no cache, no content key): the same digest for every stage?")
+        setup.steps.begin("rebuild from nothing (BuildKit's cache ignored): the same digest for every stage?")
         seconds, again = _build(setup, plan, cold=True)
         report.update(rebuild_figures(cold_results, again, seconds))
         out(f"  {seconds:.0f}s; " + ("every stage the same digest" if report["rebuild_same"] else
                                      f"DIFFERENT: {', '.join(report['rebuild_different'])}"))
 
     if "warm" in phases:
-        setup.steps.begin("warm build: every stage built again by BuildKit from its cache (no content key)")
-        seconds, _ = _build(setup, plan, cold=False, force=True)
+        setup.steps.begin("warm build: every stage made again by BuildKit from its cache")
+        seconds, _ = _build(setup, plan, cold=False)
         report["warm_seconds"] = round(seconds, 1)
         report["warm_fraction"] = round(seconds / cold, 4) if cold else None
         out(f"  {seconds:.0f}s ({report['warm_fraction']:.2%} of cold)" if cold else f"  {seconds:.0f}s")
@@ -231,7 +232,7 @@ def run_bench(setup: BenchSetup, *, runs: int = 7, incremental_env: tuple[str, s
         else:
             setup.steps.begin(f"install step of {stage.tag}, five ways on its lock; first import with and without "
                               f".pyc")
-            tool = Builder(setup.client, setup.settings, out=lambda line: setup.out(f"    {line}")).native_tool(
+            tool = Builder(setup.settings, out=lambda line: setup.out(f"    {line}")).native_tool(
                 stage, f"{setup.namespace}/native-tool:{stage.variant.arch_spec.docker_platform.split('/')[1]}")
             report["install"] = measure_install(setup.client, setup.settings.inputs, _store(setup), stage, tool,
                                                 work, out)
@@ -313,19 +314,17 @@ def _store(setup: BenchSetup):
     return WheelStore(setup.settings.wheel_store, out=setup.out)
 
 
-def downloads(results: list[StageResult], store: Path) -> dict[str, Any]:
+def downloads(counts: dict[str, int], stages: int, store: Path) -> dict[str, Any]:
     """What the stages took from the wheel store against what was fetched: with each file fetched once, the
     downloads equal the distinct files stored, and fall short of the stages' sum when stages share files."""
     stored = sum(1 for p in store.iterdir() if p.is_dir() and not p.name.startswith(".")) if store.is_dir() else 0
-    taken = [{"tag": r.tag, "wanted": r.wheels_wanted, "downloaded": r.wheels_downloaded}
-             for r in results if r.wheels_wanted]
-    fetched = sum(r["downloaded"] for r in taken)
-    return {"stages": taken, "wanted_total": sum(r["wanted"] for r in taken), "downloaded": fetched,
+    fetched = counts.get("downloaded", 0)
+    return {"stages": stages, "wanted_total": counts.get("wanted", 0), "downloaded": fetched,
             "distinct_stored": stored, "each_once": fetched == stored}
 
 
 def downloads_row(d: dict[str, Any]) -> str:
-    return (f"{d['downloaded']} files downloaded for {d['wanted_total']} taken by {len(d['stages'])} stages "
+    return (f"{d['downloaded']} files downloaded for {d['wanted_total']} taken by {d['stages']} stages "
             f"({d['distinct_stored']} distinct, each fetched {'once' if d['each_once'] else 'MORE THAN ONCE'})")
 
 

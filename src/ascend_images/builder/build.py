@@ -1,52 +1,56 @@
-"""Build a plan on a Docker engine, each stage by BuildKit (builder/buildx.py: one `docker buildx build` per stage, its
-native stages inside it).
+"""Build a plan on BuildKit (DESIGN 23, 25): one `docker buildx bake` of the plan's bake definition, on whichever
+builder is named. The definition and the stages' contexts are rendered by the writer that makes
+rendered/docker-bake.json (stages/bake.py), so what `invoke build` runs is what a user's CI runs with that file.
 
-For each stage, parents first: render its context, compute its content key (rendered context + parent image id +
-platform + what else the build is given: the native stages' base image, SOURCE_DATE_EPOCH, the labels), reuse an
-image already carrying that key, or build it and tag it only once the build has succeeded, so a failed stage never
-gets a tag. The docker SDK does the rest: inspect, tag, pull, the stage cache.
+BuildKit orders the stages, builds a shared one once (within a build, and between concurrent builds on one engine),
+takes every step it can from its cache (the engine's, or a registry's: --stage-cache), and names an image only when
+its stage has finished. What stays ours around it, and why:
+- the inputs: each stage's own files of the wheel store, the CANN directory and the artifacts, laid out as its named
+  contexts before the build starts (stageinputs), so a missing file stops the build in seconds, not after an hour of
+  emulated steps, and a wheel added to the store never changes another stage's cache keys;
+- the secrets, written to files of this build only, given as bake secrets, removed after;
+- progress per stage, from bake's rawjson, with a full log per stage (progress.BakeProgress): a failure shows the
+  tail and the log's path;
+- the report (`<work dir>/build-report.json`): each stage's tag, digest, status and time.
+One build at a time per work directory (its contexts and inputs are laid out at fixed paths, so that BuildKit sends
+again only what changed); two work directories build side by side, and BuildKit shares what they have in common.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import functools
-import hashlib
 import json
-import re
-import threading
+import os
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-import docker
-
-from ascend_images.builder import buildx
-from ascend_images.builder.claims import claim, claims_dir
-from ascend_images.builder.engine import containerd_store, disk_full
-from ascend_images.builder.progress import StageProgress, fmt_seconds, printer
-from ascend_images.builder.stagecache import StageCache
-from ascend_images.builder.stageinputs import stage_inputs
+from ascend_images.builder import bake
+from ascend_images.builder.builders import BuildxBuilder
+from ascend_images.builder.engine import disk_full
+from ascend_images.builder.progress import BakeProgress, StageProgress, fmt_seconds, printer
+from ascend_images.builder.stageinputs import lay_out_bake_inputs, write_secrets
 from ascend_images.checkout import SourceDate, definition_revision, source_date_epoch
 from ascend_images.console import note
 from ascend_images.errors import BuildError, Interrupted
 from ascend_images.inputs.download import with_login
 from ascend_images.inputs.pypi import PYPI_SIMPLE
 from ascend_images.inputs.sources import BuildInputs, Sources
-from ascend_images.inputs.wheelstore import WheelStore, default_store, stored_files
+from ascend_images.inputs.wheelstore import WheelStore, default_store
 from ascend_images.matrix.model import Matrix
-from ascend_images.stages.kinds import KINDS
-from ascend_images.stages.names import CONTENT_KEY_LABEL, TEST_DOUBLE_LABEL
-from ascend_images.stages.plan import BuildPlan
-from ascend_images.stages.render import Renderer
+from ascend_images.stages.bake import bake_file, render_plan, target_name
+from ascend_images.stages.contexts import INSTALLER_OS
+from ascend_images.stages.plan import BuildPlan, PlanOptions
 from ascend_images.stages.stage import Stage
 
-# v3: built by BuildKit, with SOURCE_DATE_EPOCH, the labels and the native stages' base in the key
-KEY_VERSION = "ascend-images-content-key-v3"
-INSTALLER_ARG = "INSTALLER_BASE"  # the image the native stages start FROM (the build host's own arch)
+Out = Callable[[str], None]
+DEFINITION = "docker-bake.json"
 
 
 @dataclass(frozen=True)
@@ -54,63 +58,28 @@ class BuildSettings:
     sources: Sources
     inputs: BuildInputs = field(default_factory=BuildInputs)
     work_dir: Path = Path("build")
-    force: bool = False  # rebuild even when an image carries the content key
-    nocache: bool = False  # and ignore Docker's layer cache too (a truly cold build, for benchmarks)
-    # stages built at once: siblings (vllm and sglang on one torch, A2 and A3 on one base) need not wait for each
-    # other; an emulated build is one busy core, so 2 halves a cold multi-variant build on a 2-core host
-    jobs: int = 1
+    nocache: bool = False  # every step again, BuildKit's cache ignored (a truly cold build, for benchmarks)
     # SOURCE_DATE_EPOCH and org.opencontainers.image.revision: the last change to what the images are made from
     source_date: SourceDate = field(default_factory=SourceDate)
-    stage_cache: str | None = None  # REGISTRY/NAMESPACE: look stages up there by key, push them after (stagecache)
+    stage_cache: str | None = None  # REGISTRY/NAMESPACE: BuildKit's registry cache, one ref per stage
     stage_cache_read_only: bool = False
-    # every locked file by its sha256, filled before a stage that installs from it builds; the stage gets its own
-    # files of it as the named build context `wheels`
+    # every locked file by its sha256; each stage gets its own files of it as the named build context `wheels`
     wheel_store: Path = field(default_factory=default_store)
-    installer_base: str | None = None  # INSTALLER_BASE: None for the Dockerfiles' default (the matrix's OS image)
+    installer_base: str | None = None  # INSTALLER_BASE: None for the matrix's OS image
+    builder: BuildxBuilder | None = None  # None: buildx's own choice, images in this engine
+    push: bool = False  # every stage pushed to its tag's registry (a builder that keeps its images to itself)
+    load: bool = False  # every stage loaded into this engine (type=docker)
 
 
 @dataclass
 class StageResult:
     tag: str
     kind: str
-    status: str  # built | reused (an image of its content key) | cached (every step from a cache, none run)
-    image_id: str
-    content_key: str
+    status: str  # built (a step ran) | cached (every step from a cache, none run)
+    image_id: str  # its manifest digest ("" where the builder did not say)
     seconds: float
     log: str | None
     context: str
-    wheels_wanted: int = 0  # files the stage took from the wheel store
-    wheels_downloaded: int = 0  # of those, fetched from an index for it (the rest were stored already)
-
-
-def content_key(context_dir: Path, parent: str, platform: str, namespace: str, given: tuple[str, ...] = ()) -> str:
-    """A stage's identity: its context and its parent (an image from outside the plan by its id, a stage of the plan
-    by its content key), never its name. The context names the parent by tag (FROM, the base.name label), and the
-    tag carries the namespace; `parent` already says which image that is, so each `<namespace>/<stage repo>:` is
-    hashed as one placeholder, and a selection built under another namespace (or pulled from another machine) has
-    the same keys. A parent of the plan goes in by its key, not its id: its image names its own parent by tag in the
-    base.name label, so its id differs from one namespace to another, and every key above it would too."""
-    names = [f"{namespace}/{row.repo}:".encode() for row in KINDS.values() if row.repo]
-    digest = hashlib.sha256()
-    for part in (KEY_VERSION, parent, platform, *given):  # given: what else the build is given (build_given)
-        digest.update(part.encode() + b"\0")
-    for path in sorted(p for p in context_dir.rglob("*") if p.is_file()):
-        rel = path.relative_to(context_dir).as_posix()
-        digest.update(f"{rel}\0{path.stat().st_mode & 0o777:o}\0".encode())
-        data = path.read_bytes()
-        for name in names:
-            data = data.replace(name, b"<namespace>/" + name[len(namespace) + 1:])
-        digest.update(data)
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def _claim_name(tag: str) -> str:
-    return "tag-" + hashlib.sha256(tag.encode()).hexdigest()[:32]
-
-
-def declared_args(dockerfile: str) -> set[str]:
-    return set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE))
 
 
 def source_date(matrix: Matrix) -> SourceDate:
@@ -119,109 +88,35 @@ def source_date(matrix: Matrix) -> SourceDate:
     return SourceDate(definition_revision(), source_date_epoch(matrix.source_date_epoch))
 
 
-def build_given(args: dict[str, str], labels: dict[str, str], epoch: int | None) -> tuple[str, ...]:
-    """What a stage's build is given beside its context and parent, for its content key: the build args (the native
-    stages' base by its image id), the labels the builder sets (the content key's own aside) and SOURCE_DATE_EPOCH."""
-    return (*(f"arg {k}={v}" for k, v in sorted(args.items())),
-            *(f"label {k}={v}" for k, v in sorted(labels.items()) if k != CONTENT_KEY_LABEL),
-            f"epoch {epoch}")
+@contextlib.contextmanager
+def _work_dir_lock(work_dir: Path, out: Out) -> Iterator[None]:
+    """One build per work directory at a time: a second waits, saying for whom (the kernel drops a flock when its
+    holder dies, so a killed build never leaves it held)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with (work_dir / ".build.lock").open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            out(f"waiting for the build in {work_dir} ({handle.read().strip() or 'another process'}) to end")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        yield
 
 
 class Builder:
-    def __init__(self, client: docker.DockerClient, settings: BuildSettings,
-                 renderer: Renderer | None = None, out: Callable[[str], None] | None = None):
-        self.client = client
+    def __init__(self, settings: BuildSettings, out: Out | None = None, progress: Out = note):
         self.settings = settings
-        self.renderer = renderer or Renderer()
         self.out = out or printer()
-        self.progress: Callable[[str], None] = note  # a stage's step lines: stderr, unlike its outcome
+        self.progress = progress  # each stage's step lines: stderr, unlike its outcome
         self.results: dict[str, StageResult] = {}
+        self.wanted = self.downloaded = 0  # the wheel store's files the stages take, and those fetched for them now
+        self._only: tuple[str, str] | None = None  # (Dockerfile stage, tag): native_tool's one image
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
-        self.context_dir = settings.work_dir / "contexts"
-        # the builds running now (parallel builds), so Ctrl-C in the main thread can cancel them all
-        self._running: set[buildx.Running] = set()
-        self._lock = threading.Lock()
-        self._cancelled = threading.Event()
-        self._store_lock = threading.Lock()  # two stages fill the wheel store one at a time
-        self.cache = (StageCache(settings.stage_cache, self.out, settings.stage_cache_read_only)
-                      if settings.stage_cache else None)
-        if settings.jobs > 1:
-            plain = self.out
-
-            def out(line: str) -> None:
-                with self._lock:
-                    plain(line)
-
-            def progress(line: str) -> None:
-                with self._lock:
-                    note(line)
-
-            self.out, self.progress = out, progress
-
-    @functools.cached_property
-    def claims(self) -> Path:
-        """Claims are per engine: two engines on one host build independently."""
-        return claims_dir(self.client.info().get("ID", "engine"))
-
-    @functools.cached_property
-    def reproducible(self) -> bool:
-        """The engine keeps images in containerd's store: an image's id there is its manifest digest, which a rebuild
-        and a registry show too (DESIGN 24). Other engines (graph drivers) keep the image config's digest as the id and
-        compress layers only when they push; they are told once."""
-        if containerd_store(self.client):
-            return True
-        self.out("note: this engine's image store is not containerd's (`features.containerd-snapshotter` in "
-                 "/etc/docker/daemon.json): image ids are config digests there, and a registry cache cannot be "
-                 "exported; scripts/setup-engine.sh sets an engine up with it")
-        return False
-
-    # --- helpers -------------------------------------------------------------------------------
-    def _find_by_key(self, key: str, tag: str) -> str | None:
-        """An image built for the content key: the one the stage's tag points to if it is (so that forced rebuilds,
-        e.g. by the benchmark, never switch a chain to a twin and change its children's keys), else the first by id
-        of those carrying the key (BuildKit makes no intermediate images, and a reproducible build makes one image
-        of one key). The stage label must be the key's stage's: an image built FROM a stage inherits its labels."""
-        tagged = self._inspect(tag)
-        if tagged and (tagged["Config"].get("Labels") or {}).get(CONTENT_KEY_LABEL) == key:
-            return tagged["Id"]
-        found = self.client.api.images(filters={"label": f"{CONTENT_KEY_LABEL}={key}"})
-        return min((image["Id"] for image in found), default=None)
-
-    def _tag(self, image_id: str, tag: str) -> None:
-        repo, _, name = tag.rpartition(":")
-        self.client.api.tag(image_id, repo, name, force=True)
-
-    def _inspect(self, ref: str) -> dict | None:
-        try:
-            return self.client.api.inspect_image(ref)
-        except docker.errors.ImageNotFound:
-            return None
-
-    def _image_id(self, ref: str) -> str | None:
-        found = self._inspect(ref)
-        return found["Id"] if found else None
-
-    def _external_parent(self, stage: Stage, platform: str) -> str:
-        """A parent from outside the plan, as content_key takes it: by the content key it carries when it is a stage
-        of ours (`run --build` makes an overlay over the image below, and a whole build must find that overlay by the
-        key it gives it), else by its image id."""
-        ref = stage.parent_ref
-        found = self._inspect(ref)
-        if found is None:
-            self.out(f"pulling {ref} ({platform}) ...")
-            try:
-                self.client.api.pull(ref, platform=platform)
-                found = self.client.api.inspect_image(ref)
-            except docker.errors.APIError as exc:
-                hint_of = KINDS[stage.kind].missing_parent_hint
-                hint = f"\n{hint_of(stage.variant)}" if hint_of else ""
-                raise BuildError(f"parent image {ref} is not here and could not be pulled: {exc}{hint}") from None
-        key = ((found.get("Config") or {}).get("Labels") or {}).get(CONTENT_KEY_LABEL)
-        return f"content-key:{key}" if key else found["Id"]
-
-    def _platform(self, stage: Stage) -> str:
-        return stage.variant.arch_spec.docker_platform
 
     @functools.cached_property
     def store(self) -> WheelStore:
@@ -231,201 +126,151 @@ class Builder:
                           offline=inputs.pip_offline, out=self.progress,
                           fetch_hint="invoke fetch ... (the same selection flags) on a connected host")
 
-    def _fill_store(self, label: str, ctx: dict[str, Any]) -> tuple[int, int]:
-        """The stage's locked files into the host's wheel store before it builds (a missing one fails here, in
-        seconds, not in the build): each file is fetched once per host, whichever stage or release needs it."""
-        wanted = stored_files(ctx.get("packages", {}).get("wanted", []))
-        if not wanted:
-            return 0, 0
-        with self._store_lock:
-            before = len(self.store.downloaded)
-            self.store.ensure(wanted, [with_login(url, self.settings.inputs.index_credentials)
-                                       for url in ctx["packages"].get("indexes", [])])
-            fetched = len(self.store.downloaded) - before
-        self.progress(f"{label} wheel store: {len(wanted)} file(s), {fetched} downloaded now")
-        return len(wanted), fetched
+    def variables(self, plan: BuildPlan, work: Path) -> dict[str, str]:
+        """The bake definition's variables for this build (stages/bake.py lists them)."""
+        date, settings = self.settings.source_date, self.settings
+        local = settings.builder is None or settings.builder.driver == "docker"
+        return {"NAMESPACE": plan.options.namespace, "PUSH": "true" if settings.push else "false",
+                "CACHE": settings.stage_cache or "", "CACHE_READ_ONLY": str(settings.stage_cache_read_only).lower(),
+                "CONTEXTS": str(work / "contexts"), "BAKE_INPUTS": str(work / "bake-inputs"),
+                "SOURCE_DATE_EPOCH": str(date.epoch), "CREATED": date.iso, "REVISION": date.revision,
+                "INSTALLER_BASE": settings.installer_base or plan.stages[0].variant.matrix.spec.os[INSTALLER_OS].image,
+                # this project's builds reach their package mirrors through the host's network; a BuildKit of its
+                # own (docker-container, remote, kubernetes) grants that only by an entitlement, so there, its own
+                "NETWORK": "host" if local else "default"}
 
-    def _args(self, dockerfile: str) -> dict[str, str]:
-        """The build args a stage's Dockerfile declares and the builder sets: the native stages' base, when a local
-        one is given (else the Dockerfile's default, the matrix's image)."""
-        base = self.settings.installer_base
-        return {INSTALLER_ARG: base} if base and INSTALLER_ARG in declared_args(dockerfile) else {}
+    def write(self, plan: BuildPlan) -> tuple[Path, dict[str, Path]]:
+        """The plan's contexts, definition and named contexts in the work directory; returns the definition and each
+        stage's context."""
+        work = self.settings.work_dir.absolute()
+        rendered = render_plan(plan, self.settings.sources, work / "contexts")
+        matrix = plan.stages[0].variant.matrix
+        definition = bake_file(plan, {slug: r.dockerfile for slug, r in rendered.items()},
+                               matrix.source_date_epoch, SourceDate(epoch=matrix.source_date_epoch).iso,
+                               matrix.spec.os[INSTALLER_OS].image)
+        path = work / DEFINITION
+        path.write_text(json.dumps(definition, indent=2) + "\n", encoding="utf-8")
+        wanted = sum(len(r.wanted) for r in rendered.values())
+        store = self.store
+        before = len(store.downloaded)
+        lay_out_bake_inputs(plan, rendered, self.settings.sources, store, work / "bake-inputs",
+                            lambda url: with_login(url, self.settings.inputs.index_credentials))
+        self.wanted, self.downloaded = wanted, len(store.downloaded) - before
+        self.progress(f"inputs: {len(plan.stages)} stage(s), {wanted} file(s) of the wheel store "
+                      f"({self.downloaded} downloaded now), laid out in {work / 'bake-inputs'}")
+        return path, {stage.slug: work / "contexts" / stage.slug for stage in plan.stages}
 
-    def _labels(self, key: str) -> dict[str, str]:
-        """The labels the builder sets: the content key, and the time and revision the image is of (the last change
-        to what images are made from: a rebuild of that revision gives the same image, DESIGN 24)."""
-        date = self.settings.source_date
-        return {CONTENT_KEY_LABEL: key, "org.opencontainers.image.created": date.iso,
-                "org.opencontainers.image.revision": date.revision}
+    def overrides(self, plan: BuildPlan, secrets: dict[str, Path]) -> dict:
+        """What this build adds to the definition: the secrets it was given, and the output where it is not the
+        definition's (a load into this engine; a single stage of each Dockerfile)."""
+        target: dict = {}
+        if secrets:
+            target["secret"] = [f"id={name},src={path}" for name, path in sorted(secrets.items())]
+        if self.settings.load:
+            target["output"] = ["type=docker"]
+        if self._only:
+            target["target"], target["tags"] = self._only[0], [self._only[1]]
+        return {"target": {target_name(stage): dict(target) for stage in plan.stages}} if target else {}
 
-    # --- one stage -----------------------------------------------------------------------------
-    def build_stage(self, stage: Stage, index: int, total: int) -> StageResult:
-        started = time.monotonic()
-        platform = self._platform(stage)
-        label = f"[{index}/{total} {stage.kind}]"
-        if stage.parent is not None:
-            parent = "content-key:" + self.results[stage.parent.tag].content_key
-        else:
-            parent = self._external_parent(stage, platform)
-        # Another process on this host may be building the same stage (same tag: same context directory) or
-        # the same content under another tag: claim both, wait for the holder, then reuse what it built.
-        with claim(self.claims, _claim_name(stage.tag), f"{label} {stage.tag}", self.out):
-            ctx, files = self.renderer.context(stage, self.settings.sources)
-            context = self.renderer.write(stage, self.context_dir, ctx, files)
-            dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
-            args = self._args(dockerfile)
-            given_args = {k: self._image_id(v) or v for k, v in args.items()}
-            epoch = self.settings.source_date.epoch
-            key = content_key(context, parent, platform, stage.namespace,
-                              build_given(given_args, self._labels(""), epoch))
-            existing = None if self.settings.force else self._find_by_key(key, stage.tag)
-            if existing:
-                return self._reuse(label, stage, existing, key, started, context)
-            with claim(self.claims, key, f"{label} {stage.tag}", self.out) as waited:
-                existing = self._find_by_key(key, stage.tag) if waited and not self.settings.force else None
-                if existing:
-                    return self._reuse(label, stage, existing, key, started, context)
-                wheels = self._fill_store(label, ctx)
-                cache = tuple(self.cache.args(stage, ctx["labels"].get(TEST_DOUBLE_LABEL, ""))) if self.cache else ()
-                build = buildx.BuildxBuild(context, platform, args=args, labels=self._labels(key),
-                                           source_date_epoch=epoch, no_cache=self.settings.nocache, cache=cache)
-                result = self._build_claimed(stage, label, index, key, build, dockerfile, ctx, started)
-                return replace(result, wheels_wanted=wheels[0], wheels_downloaded=wheels[1])
-
-    def _reuse(self, label: str, stage: Stage, image_id: str, key: str, started: float,
-               context: Path) -> StageResult:
-        self._tag(image_id, stage.tag)
-        self.out(f"{label} {stage.tag}: up to date (content key {key[:12]}), reused")
-        return StageResult(stage.tag, stage.kind, "reused", image_id, key, time.monotonic() - started, None,
-                           str(context))
-
-    def _build_claimed(self, stage: Stage, label: str, index: int, key: str, build: buildx.BuildxBuild,
-                       dockerfile: str, ctx: dict[str, Any], started: float) -> StageResult:
-        if self._cancelled.is_set():  # Ctrl-C came while this stage waited for its claim
-            raise Interrupted(f"{label} {stage.tag} not started; no tag was set for it")
-        log_path = self.log_dir / f"{index:02d}-{stage.slug}.log"
-        self.out(f"{label} {stage.tag}: building (log {log_path})")
-        running = buildx.Running()
-        with self._lock:
-            self._running.add(running)
-        interrupted = f"{label} {stage.tag} stopped at step {{}} after {{}}; no tag was set for it, the " \
-                      f"stages before it are kept and reused next time. Log: {log_path}"
-        error = ""
-        image_id = ""
-        with StageProgress(label, log_path, self.progress) as progress:
-            try:
-                with stage_inputs(dockerfile, ctx.get("packages", {}).get("wanted", []), self.settings.sources,
-                                  self.settings.inputs, self.store, self.settings.work_dir / "inputs") as given:
-                    buildx.run(replace(build, contexts=given.contexts, secrets=given.secrets), stage.tag, progress,
-                                          running, oci=self.reproducible)
-                    image_id = self.client.api.inspect_image(stage.tag)["Id"]
-            except KeyboardInterrupt:
-                progress.line("INTERRUPTED (Ctrl-C)")
-                raise Interrupted(interrupted.format(progress.step or "?", fmt_seconds(progress.elapsed))) from None
-            except BuildError as exc:
-                error = str(exc)
-                progress.line(f"ERROR: {error}")
-            finally:
-                with self._lock:
-                    self._running.discard(running)
-            step = progress.step
-        if self._cancelled.is_set():
-            raise Interrupted(interrupted.format(step or "?", fmt_seconds(progress.elapsed)))
-        # ENOSPC inside a RUN step shows only in its output; the step itself just "did not complete successfully"
-        if error and disk_full(f"{error}\n{progress.tail()}"):
-            error += " (the engine's disk is full: free space with `docker system prune`, then run again)"
-        if error:
-            raise BuildError(
-                f"{label} {stage.tag} failed at step {step or '?'} after {fmt_seconds(progress.elapsed)}: "
-                f"{error}\n--- last lines of {log_path} ---\n{progress.tail()}\n--- full log: {log_path}\n"
-                f"(no tag was set for {stage.tag})"
-            )
-        seconds = time.monotonic() - started
-        short = image_id.removeprefix("sha256:")[:12]
-        if progress.steps_run == 0 and progress.steps_cached:  # every step from a cache: nothing built here
-            # BuildKit does not say which of its caches a step came from: an empty engine's can only be the registry's
-            where = "a cache (the engine's or the stage cache)" if self.cache is not None else "the engine's cache"
-            self.out(f"{label} {stage.tag}: every step from {where}, made in {fmt_seconds(seconds)} ({short})")
-            status = "cached"
-        else:
-            self.out(f"{label} {stage.tag}: built in {fmt_seconds(seconds)} ({short}; {progress.steps_run} step(s) "
-                     f"run, {progress.steps_cached} from a cache)")
-            status = "built"
-        return StageResult(stage.tag, stage.kind, status, image_id, key, seconds, str(log_path), str(build.context))
-
-    def native_tool(self, stage: Stage, name: str) -> str:
-        """The `installer` build stage of a locked stage's Dockerfile (its native tool: the build host's Python and uv
-        with the install scripts) as an image named `name`, for measuring what it does (bench/install.py)."""
-        ctx, files = self.renderer.context(stage, self.settings.sources)
-        context = self.renderer.write(stage, self.context_dir, ctx, files)
-        dockerfile = (context / "Dockerfile").read_text(encoding="utf-8")
-        self._fill_store(f"[native tool of {stage.kind}]", ctx)
-        build = buildx.BuildxBuild(context, self._platform(stage), args=self._args(dockerfile),
-                                   source_date_epoch=self.settings.source_date.epoch, target="installer")
-        log_path = self.log_dir / f"native-tool-{stage.slug}.log"
-        with StageProgress(f"[native tool of {stage.kind}]", log_path, self.progress) as progress, \
-                stage_inputs(dockerfile, ctx.get("packages", {}).get("wanted", []), self.settings.sources,
-                             self.settings.inputs, self.store, self.settings.work_dir / "inputs") as given:
-            buildx.run(replace(build, contexts=given.contexts, secrets=given.secrets), name, progress,
-                       oci=self.reproducible)
-        return name
-
-    # --- a whole plan --------------------------------------------------------------------------
     def build(self, plan: BuildPlan) -> list[StageResult]:
-        total = len(plan.stages)
         started = time.monotonic()
-        if self.settings.jobs > 1:
-            self._build_parallel(plan)
-        else:
-            for index, stage in enumerate(plan.stages, 1):
-                self.results[stage.tag] = self.build_stage(stage, index, total)
-        results = [self.results[s.tag] for s in plan.stages]
+        with _work_dir_lock(self.settings.work_dir, self.out):
+            definition, contexts = self.write(plan)
+            scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=self.settings.work_dir))
+            try:
+                secrets = write_secrets(self.settings.inputs, scratch / "secrets")
+                extra = scratch / "build.json"
+                extra.write_text(json.dumps(self.overrides(plan, secrets)), encoding="utf-8")
+                outcome, progresses = self._bake(plan, definition, extra, scratch / "metadata.json")
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        results = self._results(plan, outcome, progresses, contexts)
         built = sum(r.status == "built" for r in results)
-        cached = sum(r.status == "cached" for r in results)
-        self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, "
-                 f"{total - built - cached} reused, " + (f"{cached} made from cached steps, " if cached else "")
-                 + f"{total} stages")
+        self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, {len(results) - built} made "
+                 f"from cached steps, {len(results)} stages")
         self._write_report(plan, results)
         return results
 
-    def _build_parallel(self, plan: BuildPlan) -> None:
-        """Up to `jobs` stages at once, each as soon as its parent is built. After a failure nothing new starts,
-        the running stages finish, and the first error is raised. Ctrl-C cancels every running build (buildx stops
-        its build) and raises Interrupted naming them."""
-        index = {s.tag: i for i, s in enumerate(plan.stages, 1)}
-        total, pending = len(plan.stages), list(plan.stages)
-        running: dict[Future[StageResult], Stage] = {}
-        errors: list[BaseException] = []
-        with ThreadPoolExecutor(max_workers=self.settings.jobs, thread_name_prefix="stage") as pool:
-            try:
-                while pending or running:
-                    for stage in [s for s in pending if not errors]:
-                        if len(running) >= self.settings.jobs:
-                            break
-                        if stage.parent is None or stage.parent.tag in self.results:
-                            pending.remove(stage)
-                            running[pool.submit(self.build_stage, stage, index[stage.tag], total)] = stage
-                    if not running:
-                        break
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        stage = running.pop(future)
-                        try:
-                            self.results[stage.tag] = future.result()
-                        except BaseException as exc:
-                            errors.append(exc)
-            except KeyboardInterrupt:
-                self._cancelled.set()
-                with self._lock:
-                    for build in list(self._running):
-                        build.cancel()
-                stopped = [running[f].tag for f in running]
-                wait(running)
-                raise Interrupted(f"stopped {', '.join(stopped) or 'between stages'}; no tag was set for them, "
-                                  f"the stages built before are kept and reused next time. Logs: "
-                                  f"{self.log_dir}") from None
-        if errors:
-            raise errors[0]
+    def native_tool(self, stage: Stage, name: str) -> str:
+        """The `installer` build stage of a locked stage's Dockerfile (its native tool: the build host's Python and uv
+        with the install scripts) as an image named `name`, for measuring what it does (bench/install.py). The stage
+        alone, over its parent's image as built (`stage.parent.tag`)."""
+        alone = replace(stage, parent=None, external_parent=stage.parent.tag if stage.parent else stage.external_parent,
+                        users=[stage.variant])
+        self._only = ("installer", name)
+        try:
+            self.build(BuildPlan([alone], {stage.variant: alone}, PlanOptions(self.settings.sources.cann)))
+        finally:
+            self._only = None
+        return name
+
+    def _bake(self, plan: BuildPlan, definition: Path, extra: Path,
+              metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress]]:
+        total = len(plan.stages)
+        progresses = {target_name(stage): StageProgress(f"[{i}/{total} {stage.kind}]",
+                                                        self.log_dir / f"{i:02d}-{stage.slug}.log", self.progress)
+                      for i, stage in enumerate(plan.stages, 1)}
+        command = bake.BakeCommand((definition, extra), tuple(progresses), self.variables(plan, definition.parent),
+                                   metadata, self.settings.builder.name if self.settings.builder else None,
+                                   self.settings.nocache)
+        self.out(f"building {total} stage(s) with one bake on "
+                 f"{self.settings.builder.describe() if self.settings.builder else 'the current builder'} "
+                 f"(logs {self.log_dir})")
+        with contextlib.ExitStack() as stack:
+            for progress in progresses.values():
+                stack.enter_context(progress)
+            log = stack.enter_context(StageProgress("[bake]", self.log_dir / "bake.log", self.progress))
+            outcome = bake.run(command, BakeProgress(progresses, log))
+            tail = log.tail()
+        self._raise_for(plan, outcome, progresses, tail)
+        return outcome, progresses
+
+    def _raise_for(self, plan: BuildPlan, outcome: bake.BakeOutcome, progresses: dict[str, StageProgress],
+                   bake_tail: str) -> None:
+        unfinished = [stage for stage in plan.stages if not progresses[target_name(stage)].exported]
+        if outcome.interrupted:
+            done = len(plan.stages) - len(unfinished)
+            raise Interrupted(f"the build stopped with {len(unfinished)} of {len(plan.stages)} stage(s) unfinished "
+                              f"({', '.join(s.tag for s in unfinished) or 'none'}): none of them was tagged; the "
+                              f"{done} finished are kept, and the next build takes their steps from the cache. "
+                              f"Logs: {self.log_dir}")
+        if outcome.returncode == 0 and not unfinished:
+            return
+        failed = [(stage, progresses[target_name(stage)]) for stage in unfinished
+                  if progresses[target_name(stage)].error] or [(stage, progresses[target_name(stage)])
+                                                               for stage in unfinished[:1]]
+        parts = []
+        for stage, progress in failed:
+            what = progress.error or (bake_tail.splitlines() or ["no error said"])[-1]
+            if disk_full(f"{what}\n{progress.tail()}"):
+                what += " (the engine's disk is full: free space with `docker system prune`, then run again)"
+            parts.append(f"{progress.label} {stage.tag} failed at step {progress.step or '?'} after "
+                         f"{fmt_seconds(progress.seconds)}: {what}\n--- last lines of {progress.log_path} ---\n"
+                         f"{progress.tail()}\n--- full log: {progress.log_path}")
+        if not any(progress.error for _, progress in failed):
+            parts.append(f"--- last lines of the bake's log ---\n{bake_tail}")
+        names = ", ".join(stage.tag for stage in unfinished)
+        raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
+
+    def _results(self, plan: BuildPlan, outcome: bake.BakeOutcome, progresses: dict[str, StageProgress],
+                 contexts: dict[str, Path]) -> list[StageResult]:
+        results = []
+        for stage in plan.stages:
+            progress = progresses[target_name(stage)]
+            digest = (outcome.metadata.get(target_name(stage)) or {}).get("containerimage.digest", "")
+            status = "cached" if progress.steps_run == 0 and progress.steps_cached else "built"
+            result = StageResult(stage.tag, stage.kind, status, digest, progress.seconds, str(progress.log_path),
+                                 str(contexts[stage.slug]))
+            short = digest.removeprefix("sha256:")[:12] or "pushed"
+            if status == "cached":
+                self.out(f"{progress.label} {stage.tag}: every step from a cache, made in "
+                         f"{fmt_seconds(progress.seconds)} ({short})")
+            else:
+                self.out(f"{progress.label} {stage.tag}: built in {fmt_seconds(progress.seconds)} ({short}; "
+                         f"{progress.steps_run} step(s) run, {progress.steps_cached} from a cache)")
+            self.results[stage.tag] = result
+            results.append(result)
+        return results
 
     def _write_report(self, plan: BuildPlan, results: list[StageResult]) -> None:
         report = {

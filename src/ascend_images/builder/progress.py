@@ -20,10 +20,11 @@ from typing import Any, TextIO
 
 from ascend_images.console import fmt_seconds, note
 
-__all__ = ["HEARTBEAT_SECONDS", "StageProgress", "fmt_seconds", "printer", "rawjson_events"]
+__all__ = ["HEARTBEAT_SECONDS", "BakeProgress", "StageProgress", "fmt_seconds", "printer", "rawjson_events"]
 HEARTBEAT_SECONDS = 20.0
 LOG_MARK = "[ascend-images]"  # a line of ours in a stage's log, among the engine's
 # a Dockerfile step's vertex: `[stage n/m] INSTRUCTION ...` (`[n/m]` when the Dockerfile has one unnamed stage)
+EXPORTING = "exporting to "  # the last vertex of a target: its image named (or pushed, or loaded)
 STEP = re.compile(r"^\[(?:(?P<stage>[^\]\s]+) )?(?P<n>\d+)/(?P<m>\d+)\] (?P<what>.*)$", re.DOTALL)
 
 
@@ -96,6 +97,9 @@ class StageProgress:
     _statuses: set[str] = field(default_factory=set)
     steps_run: int = 0  # Dockerfile steps BuildKit ran (not taken from its cache)
     steps_cached: int = 0
+    exported: bool = False  # the image was exported (named, or pushed): the stage is done
+    first_seen: float | None = None  # when its first step began (monotonic), and when its export ended
+    finished: float | None = None
 
     def __enter__(self) -> StageProgress:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,6 +144,7 @@ class StageProgress:
         seen = self._vertices.get(digest)
         if seen is None:
             seen = self._vertices[digest] = _Vertex(len(self._vertices) + 1, vertex.get("name", ""))
+            self.first_seen = self.first_seen or time.monotonic()
         started, completed = _time(vertex.get("started")), _time(vertex.get("completed"))
         if started is not None and seen.started is None:
             seen.started = started
@@ -158,6 +163,15 @@ class StageProgress:
             took = completed - (seen.started or completed) if completed is not None else 0.0
             self.line(f"#{seen.number} DONE {took:.1f}s")
             self.steps_run += _counted(seen.name)
+        if seen.name.startswith(EXPORTING) and not vertex.get("error"):
+            self.exported, self.finished = True, time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        """From its first step to its export (or to now, for a stage that did not finish)."""
+        if self.first_seen is None:
+            return 0.0
+        return (self.finished or time.monotonic()) - self.first_seen
 
     def _status(self, status: dict[str, Any]) -> None:
         """A vertex's sub-task (exporting layers, unpacking, a transfer): logged once, when it completes, with its
@@ -207,3 +221,50 @@ def printer(stream: TextIO = sys.stdout) -> Callable[[str], None]:
         print(text, file=stream, flush=True)
 
     return out
+
+
+class BakeProgress:
+    """One bake's rawjson, told apart by target: buildx names each vertex `[<target> ...]` (`[<target> packages 3/5]
+    RUN ...`, `[<target> internal] load ...`, `[<target>] exporting to image`), and each target's StageProgress gets
+    its own vertices with the prefix taken off. A vertex two targets share (the native tool every stage builds) is
+    one digest under two names; its output and sub-tasks go to the log of each target that has it, once each.
+    Anything else buildx writes (its final `ERROR: ...`) goes to the bake's own log."""
+
+    def __init__(self, stages: dict[str, StageProgress], log: StageProgress):
+        self.stages = stages  # target -> its progress
+        self.log = log
+        self._owners: dict[str, list[str]] = {}  # vertex digest -> the targets it belongs to
+        self._seen_logs: set[tuple] = set()
+        # longest first: a target named like the start of another never takes the other's vertices
+        self._names = sorted(stages, key=len, reverse=True)
+
+    def _target(self, name: str) -> tuple[str | None, str]:
+        for target in self._names:
+            if name.startswith(f"[{target} "):
+                return target, "[" + name[len(target) + 2:]
+            if name.startswith(f"[{target}]"):
+                return target, name[len(target) + 2:].lstrip()
+        return None, name
+
+    def event(self, item: dict[str, Any] | str) -> None:
+        if isinstance(item, str):
+            self.log.line(item)
+            return
+        for vertex in item.get("vertexes") or []:
+            target, name = self._target(vertex.get("name", ""))
+            if target is None:
+                self.log.event({"vertexes": [vertex]})
+                continue
+            owners = self._owners.setdefault(vertex.get("digest", ""), [])
+            if target not in owners:
+                owners.append(target)
+            self.stages[target].event({"vertexes": [{**vertex, "name": name}]})
+        for key in ("statuses", "logs", "warnings"):
+            for entry in item.get(key) or []:
+                if key == "logs":
+                    mark = (entry.get("vertex"), entry.get("timestamp"), entry.get("stream"), entry.get("data"))
+                    if mark in self._seen_logs:
+                        continue
+                    self._seen_logs.add(mark)
+                for target in self._owners.get(entry.get("vertex", ""), []):
+                    self.stages[target].event({key: [entry]})

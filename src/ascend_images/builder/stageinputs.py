@@ -1,4 +1,4 @@
-"""What one stage's build is given besides its context (DESIGN 5, 23): its named build contexts and its secrets.
+"""What a stage's build is given besides its context (DESIGN 5, 23): its named build contexts and the secrets.
 
 - Named contexts (`wheels`, `cann`, `artifacts`), bind-mounted read-only into the RUN steps that use them: each holds
   exactly the files the stage's Dockerfile names (hard links into the host's wheel store, CANN directory, artifacts
@@ -7,8 +7,8 @@
 - Secrets (`ca`, `pip-conf`, `netrc`, `os-mirror`): files of this process only (a 0700 directory), removed when the
   build ends; BuildKit mounts them as tmpfs files for one RUN step, so they reach no layer, no history, no cache key.
 
-Both are written to a scratch directory of the build's own and removed with it. For the bake file, `invoke fetch
---bake-inputs` lays out the same named contexts, to be kept, one directory per bake target.
+The named contexts are laid out one directory per bake target, by `invoke build` and by `invoke fetch --bake-inputs`
+alike; the secrets go to a scratch directory of the build's own, removed with it.
 """
 
 from __future__ import annotations
@@ -17,26 +17,18 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ascend_images.errors import BuildError
 from ascend_images.inputs.sources import INPUTS_DIR, BuildInputs, Sources
 from ascend_images.inputs.wheelstore import WheelStore, stored_files
-from ascend_images.stages.bake import target_name
+from ascend_images.stages.bake import RenderedStage, target_name
 from ascend_images.stages.plan import BuildPlan
-from ascend_images.stages.render import NAMED_CONTEXTS, Renderer
+from ascend_images.stages.render import NAMED_CONTEXTS
 
 _REFERENCE = re.compile(re.escape(INPUTS_DIR) + r"/(?P<name>[a-z]+)/(?P<path>[^\s#\"']+)")
 _MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
-
-
-@dataclass(frozen=True)
-class StageInputs:
-    contexts: dict[str, Path] = field(default_factory=dict)
-    secrets: dict[str, Path] = field(default_factory=dict)
 
 
 def mounted_contexts(dockerfile: str) -> list[str]:
@@ -110,39 +102,31 @@ def lay_out_contexts(dockerfile: str, wanted: Iterable[str], sources: Sources, s
     return contexts
 
 
-@contextmanager
-def stage_inputs(dockerfile: str, wanted: Iterable[str], sources: Sources, inputs: BuildInputs, store: WheelStore,
-                 scratch_root: Path) -> Iterator[StageInputs]:
-    """The named contexts (lay_out_contexts) and secrets of one stage's build, for as long as the build runs."""
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".inputs-", dir=scratch_root))
-    try:
-        contexts = lay_out_contexts(dockerfile, wanted, sources, store, scratch)
-        secrets_dir = scratch / "secrets"
-        secrets_dir.mkdir(mode=0o700)
-        secrets = {name: _secret(secrets_dir, name, data) for name, data in secret_documents(inputs).items()}
-        yield StageInputs(contexts, secrets)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+def write_secrets(inputs: BuildInputs, directory: Path) -> dict[str, Path]:
+    """The secrets the build was given, each a file of this process only under `directory` (made 0700), for as long
+    as the build runs: BuildKit mounts them as tmpfs files for one RUN step, so they reach no layer, no history and
+    no cache key."""
+    directory.mkdir(mode=0o700, parents=True)
+    return {name: _secret(directory, name, data) for name, data in secret_documents(inputs).items()}
 
 
-def lay_out_bake_inputs(plan: BuildPlan, sources: Sources, store: WheelStore, root: Path) -> list[Path]:
-    """Each stage's named contexts under `root/<bake target>/<name>`, as rendered/docker-bake.json takes them
-    (BAKE_INPUTS): the very files `invoke build` gives the stage, so the steps that mount them have the same cache
-    keys. Each target's directory is written beside it and renamed into place, replacing what an earlier fetch left;
-    the stage's locked files are fetched into the store first when it lacks them. Returns the targets' directories."""
-    renderer = Renderer()
+def lay_out_bake_inputs(plan: BuildPlan, rendered: Mapping[str, RenderedStage], sources: Sources, store: WheelStore,
+                        root: Path, login: Callable[[str], str] = str) -> list[Path]:
+    """Each stage's named contexts under `root/<bake target>/<name>`, as the bake definition takes them
+    (BAKE_INPUTS): exactly the files its Dockerfile names, so the steps that mount them have the same cache keys in
+    every build of the same inputs. The stage's locked files are fetched into the store first when it lacks them
+    (`login` adds an index's credentials to its URL). Each target's directory is written beside it and renamed into
+    place, replacing what an earlier build left (the same paths each time: BuildKit sends again only what changed).
+    Returns the targets' directories."""
     root.mkdir(parents=True, exist_ok=True)
     laid_out = []
     for stage in plan.stages:
-        ctx, _ = renderer.context(stage, sources)
-        dockerfile = renderer.render_text(stage, ctx)
-        wanted = ctx.get("packages", {}).get("wanted", [])
-        store.ensure(stored_files(wanted), ctx.get("packages", {}).get("indexes", []))
+        built = rendered[stage.slug]
+        store.ensure(stored_files(built.wanted), [login(url) for url in built.indexes])
         target = root / target_name(stage)
         scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
         try:
-            lay_out_contexts(dockerfile, wanted, sources, store, scratch)
+            lay_out_contexts(built.dockerfile, built.wanted, sources, store, scratch)
             shutil.rmtree(target, ignore_errors=True)
             scratch.rename(target)
         finally:

@@ -17,16 +17,15 @@ from ascend_images.cli.options import (
     output_path,
     read_only_needs_a_cache,
     refuse_moot,
-    whole_number,
 )
 from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import note
 from ascend_images.errors import SelectionError
 from ascend_images.matrix.envs import effective_env
-from ascend_images.matrix.model import Variant, load_matrix
+from ascend_images.matrix.model import Matrix, Variant, load_matrix
 from ascend_images.matrix.rules import RULES, enforce, evaluate
-from ascend_images.matrix.selection import all_variants
+from ascend_images.matrix.selection import CI_SETS, all_variants, ci_variants
 from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
 from ascend_images.stages.contexts import INSTALLER_OS
 from ascend_images.stages.plan import BuildPlan, PlanOptions, host_arch, make_plan
@@ -37,14 +36,19 @@ BUILD_HELP = {
     "base_image": "FROM this image for the base stage (default: ascend-images/os:<os>-<arch> if present)",
     "namespace": "repository namespace of the tags (default ascend-images)",
     "work_dir": "where contexts, logs and reports go (default: the project's build/)",
-    "force": "rebuild every stage even when an image carries its content key",
-    "no_cache": "rebuild every stage from nothing: --force, and BuildKit's cache ignored (a rebuild that proves the "
-                "same inputs give the same image)",
-    "jobs": "stages built at once (default 1); siblings such as vllm and sglang on one torch build side by side",
+    "no_cache": "build every step again, BuildKit's cache ignored (a rebuild that proves the same inputs give the "
+                "same image)",
     "fetch": "run `invoke fetch` for the selection first, then build from the cache",
-    "stage_cache": "REGISTRY/NAMESPACE shared stage store: pull a stage found there by content key instead of "
-                   "building it, push what is built (or set ASCEND_IMAGES_STAGE_CACHE)",
-    "stage_cache_read_only": "with --stage-cache: pull only, push nothing (e.g. CI on pull requests)",
+    "stage_cache": "REGISTRY/NAMESPACE of a registry cache (BuildKit's, mode=max, a ref per stage): every step found "
+                   "there is not run again, every step built goes there (or set ASCEND_IMAGES_STAGE_CACHE)",
+    "stage_cache_read_only": "with --stage-cache: take steps from it, write nothing (e.g. CI on pull requests)",
+    "builder": "the BuildKit builder to build on, as `docker buildx ls` names it (default: BUILDX_BUILDER, else "
+               "the current one)",
+    "push": "push every stage to its tag's registry (--namespace REGISTRY/NAMESPACE); what a builder whose images "
+            "land in no local engine needs",
+    "load": "load every stage into this engine (a docker-container, remote or kubernetes builder)",
+    "ci": "build matrix.yaml's `ci.publish` or `ci.test` (what CI publishes, or builds from test doubles and tests) "
+          "in one bake; with --arch for another arch",
 }
 
 
@@ -231,8 +235,9 @@ def base_images(variants: list[Variant], explicit: str | None,
 # --- build ----------------------------------------------------------------------------------------------------------
 @task(groups=(SELECTION, SOURCES, INPUTS), help=BUILD_HELP)
 def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir=None,
-          force=False, no_cache=False, jobs="1", stage_cache=None, stage_cache_read_only=False):
-    """Build the selection's images on the local Docker engine (shared stages built once)."""
+          no_cache=False, stage_cache=None, stage_cache_read_only=False, builder=None, push=False, load=False,
+          ci=None):
+    """Build the selection's images: one `docker buildx bake` of its stages, on any BuildKit builder."""
     from ascend_images.cli.options import env_flag
 
     stage_cache = stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE")
@@ -240,57 +245,106 @@ def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAU
     run_body(inputs.check)
     run_body(build_selection, sel, sources, inputs, print,
              work_dir=run_body(output_path, "--work-dir", work_dir, "build"), namespace=namespace,
-             base_image=base_image, force=force or no_cache, no_cache=no_cache, fetch=fetch,
-             jobs=run_body(whole_number, "--jobs", jobs, 1), stage_cache=stage_cache,
-             stage_cache_read_only=stage_cache_read_only)
+             base_image=base_image, no_cache=no_cache, fetch=fetch, stage_cache=stage_cache,
+             stage_cache_read_only=stage_cache_read_only, builder=builder, push=push, load=load, ci=ci)
 
+
+def build_variants(sel: Selection, matrix: Matrix, ci: str | None) -> list[Variant]:
+    """The selection's variants, or with --ci a set of matrix.yaml's `ci` (every selection flag but --arch moot)."""
+    if ci is None:
+        return sel.variants(matrix)
+    if ci not in CI_SETS:
+        raise SelectionError(f"--ci {ci!r}: valid: {', '.join(CI_SETS)} (matrix.yaml ci.publish, ci.test)")
+    refuse_moot({f"--{name}": getattr(sel, name) for name in sel.narrows() if name != "arch"},
+                f"--ci {ci} builds matrix.yaml's ci.{ci} as it is (only --arch changes its arch); leave it out")
+    return ci_variants(matrix, ci, sel.arch)
+
+
+def check_output(namespace: str, push: bool, load: bool) -> None:
+    """Where the images go: this engine, a registry (--push, which the namespace must name) or a load."""
+    if push and load:
+        raise SelectionError("--push and --load contradict each other: --push sends every stage to its tag's "
+                             "registry, --load into this engine; pass one of them")
+    first = namespace.split("/", 1)[0]
+    if push and ("/" not in namespace or not ("." in first or ":" in first or first == "localhost")):
+        raise SelectionError(f"--push sends every stage to its tag's registry, and --namespace {namespace} names "
+                             "none: give --namespace REGISTRY[:PORT]/NAMESPACE (e.g. registry.example.com/ascend)")
+
+
+def check_builder_output(builder, push: bool, load: bool) -> None:
+    if not builder.local and not push and not load:
+        raise SelectionError(f"{builder.describe()} keeps its images to itself, in no engine this host reads: add "
+                             "--push with --namespace REGISTRY/NAMESPACE (then `invoke test --image`, `inspect` and "
+                             "`publish` read them from there), or --load")
 
 
 def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *,
                     work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
-                    base_image: str | None = None, force: bool = False, no_cache: bool = False,
-                    fetch: bool = False, jobs: int = 1, stage_cache: str | None = None,
-                    stage_cache_read_only: bool = False) -> tuple[BuildPlan, list]:
-    """Validate everything, then build; returns (plan, results)."""
-    if jobs < 1:
-        raise SelectionError(f"--jobs {jobs}: at least 1 (stages built at once)")
+                    base_image: str | None = None, no_cache: bool = False, fetch: bool = False,
+                    stage_cache: str | None = None, stage_cache_read_only: bool = False, builder: str | None = None,
+                    push: bool = False, load: bool = False, ci: str | None = None) -> tuple[BuildPlan, list]:
+    """Check the host and everything given, then build; returns (plan, results)."""
     from ascend_images.builder.build import Builder, BuildSettings, source_date
-    from ascend_images.builder.engine import connect, image_exists
+    from ascend_images.builder.builders import preflight
     from ascend_images.cli.inputs import fetch_selection
+    from ascend_images.stages.names import check_namespace
 
+    if builder is not None and not builder.strip():
+        raise SelectionError("--builder is empty: name a builder `docker buildx ls` lists, or leave it out")
+    check_namespace(namespace)
+    if stage_cache:
+        check_namespace(stage_cache, "--stage-cache")
+    check_output(namespace, push, load)
     matrix = sel.load()
-    variants = sel.variants(matrix)
+    variants = build_variants(sel, matrix, ci)
     check_rules(variants)
-    if fetch:
-        fetch_selection(sel, flags, out)
-    sources = flags.sources(matrix)
+    sources = flags.sources(matrix, strict=False)
     doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
                                        ("artifacts", sources.artifacts.test_double)) if used]
     if doubles and namespace == DEFAULT_NAMESPACE:
         raise SelectionError(f"the {' and '.join(doubles)} are test doubles (tests/fixtures): build them under "
                              f"a namespace of their own, e.g. --namespace {DEFAULT_NAMESPACE}-demo, so their tags "
                              "never look like a real build's")
+    if doubles and stage_cache and not stage_cache_read_only and "test-double" not in stage_cache:
+        # a real cache must never hand a real build the steps of a test double's
+        raise SelectionError(f"the {' and '.join(doubles)} are test doubles: their steps go only to a stage cache "
+                             f"named as such, e.g. --stage-cache {stage_cache}-test-double, or with "
+                             "--stage-cache-read-only")
     inputs = input_flags.inputs(flags.index_credentials())
-    client = connect()
-    bases = base_images(variants, base_image, lambda ref: image_exists(client, ref))
+    # the host, the engine and the builder, once the command line is known to be right and before anything is
+    # fetched, rendered or built
+    chosen = preflight(builder)
+    check_builder_output(chosen, push, load)
+    if fetch:
+        fetch_selection(sel, flags, out)
+    sources = flags.sources(matrix)
+    bases = base_images(variants, base_image, builder_has(chosen))
     plan = make_plan(variants, PlanOptions(sources.cann, namespace, bases))
-    # resolve every download and lock before the first stage starts, so a missing checksum or a stale lock fails in
-    # seconds, not after an hour of CANN and torch
-    renderer = Renderer()
-    for stage in plan.stages:
-        renderer.context(stage, sources)
     out(f"plan: {len(plan.stages)} stages for {len(variants)} variant(s)")
     for stage in plan.stages:
-        out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent_ref}")
-    settings = BuildSettings(sources, inputs, work_dir, force=force or no_cache, nocache=no_cache,
-                             source_date=source_date(matrix), jobs=jobs,
+        out(f"  {stage.kind:13} {stage.tag}  <- {stage.parent.tag if stage.parent else stage.parent_ref}")
+    settings = BuildSettings(sources, inputs, work_dir, nocache=no_cache, source_date=source_date(matrix),
                              stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only,
-                             wheel_store=flags.store_root(), installer_base=bases.get((INSTALLER_OS, host_arch())))
-    builder = Builder(client, settings, out=out)
-    results = builder.build(plan)
+                             wheel_store=flags.store_root(), installer_base=bases.get((INSTALLER_OS, host_arch())),
+                             builder=chosen, push=push, load=load)
+    results = Builder(settings, out=out).build(plan)
     for v in variants:
         out(f"image for {v.name}: {plan.top(v).tag}")
     return plan, results
+
+
+def builder_has(builder) -> Callable[[str], bool] | None:
+    """Whether the builder's engine has an image (the local OS images the base stage may start FROM), for a docker
+    driver; None for a BuildKit of its own, which takes the matrix's images from their registry."""
+    import subprocess
+
+    from ascend_images.builder.builders import engine_of
+
+    if builder.driver != "docker":
+        return None
+    host = engine_of(builder.endpoint)
+    return lambda ref: subprocess.run(["docker", "-H", host, "image", "inspect", ref],
+                                      capture_output=True).returncode == 0
 
 
 # --- os-image -------------------------------------------------------------------------------------------------------

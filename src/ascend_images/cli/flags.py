@@ -25,7 +25,6 @@ SHORT_FLAGS: dict[str, str] = {
     "workdir": "w",
     # the rest
     "image": "i",
-    "jobs": "j",  # make -j
     "quiet": "q",
 }
 NO_SHORT_FLAG = {"h"}  # help's, in every task

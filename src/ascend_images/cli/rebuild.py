@@ -23,7 +23,6 @@ from ascend_images.stages.names import LABEL_PREFIX
 
 Out = Callable[[str], None]
 REVISION = "org.opencontainers.image.revision"
-BASE_NAME = "org.opencontainers.image.base.name"
 
 
 @task(groups=(SOURCES, INPUTS),
@@ -50,6 +49,16 @@ def _labels(image: str) -> dict[str, str]:
         found = subprocess.run(["docker", "image", "inspect", image], capture_output=True, text=True, check=True)
     (facts,) = json.loads(found.stdout)
     return (facts.get("Config") or {}).get("Labels") or {}
+
+
+def image_namespace(image: str) -> str:
+    """What stands before `/<repo>:<tag>` in an image reference (a registry host included)."""
+    name = image.split("@", 1)[0]
+    repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    if "/" not in repo:
+        raise SelectionError(f"IMAGE {image}: no namespace before its repository (NAMESPACE/REPO:TAG): ascend-images "
+                             "tags every stage under one")
+    return repo.rsplit("/", 1)[0]
 
 
 def selection_argv(labels: dict[str, str], image: str) -> list[str]:
@@ -119,10 +128,9 @@ def rebuild_image(image: str, sources: SourceFlags, inputs: InputFlags, out: Out
         raise SelectionError("IMAGE is empty: give the image to check (REPO:TAG, or HOST[:PORT]/REPO:TAG)")
     labels = _labels(image)
     argv = selection_argv(labels, image)
-    parent = labels.get(BASE_NAME, "")
-    namespace = parent.rsplit("/", 1)[0] if "/" in parent else ""
-    if not namespace:
-        raise SelectionError(f"IMAGE {image} has no {BASE_NAME} label naming the namespace it was built under")
+    # the image names no namespace (DESIGN 27): the rebuild is tagged as the image was given, so both sides of the
+    # comparison carry the name asked about
+    namespace = image_namespace(image)
     tree = _tree(labels.get(REVISION, ""), from_tree, work_dir.absolute())
     out(f"rebuilding {image} ({' '.join(argv)}) from {tree} at {labels.get(REVISION) or 'this tree'}, "
         "with no cache, on " + (engine or "a second, empty engine"))

@@ -201,6 +201,7 @@ def build_overlay(client, v: Variant, namespace: str, sel: Selection) -> None:
     """`run --build`: the overlay alone, over the image below it on this engine (never the stages below: those
     need the build's source flags)."""
     from ascend_images.builder.build import Builder, BuildSettings, source_date
+    from ascend_images.builder.builders import preflight
     from ascend_images.builder.engine import image_exists
     from ascend_images.stages.plan import overlay_plan
 
@@ -212,7 +213,7 @@ def build_overlay(client, v: Variant, namespace: str, sel: Selection) -> None:
     doubles = (client.images.get(below).labels or {}).get(TEST_DOUBLE_LABEL, "")
     plan = overlay_plan(v, PlanOptions(sources.cann, namespace), tuple(d for d in doubles.split(",") if d))
     note(f"building the overlay {plan.stages[0].tag} over {below}")
-    Builder(client, BuildSettings(sources, source_date=source_date(v.matrix)), out=note).build(plan)
+    Builder(BuildSettings(sources, source_date=source_date(v.matrix), builder=preflight(None)), out=note).build(plan)
 
 
 def check_device_indices(devices: tuple[int, ...], text: str, device: str | None, matrix: Matrix) -> None:

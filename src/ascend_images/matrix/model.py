@@ -160,6 +160,17 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
             check("framework", entry.framework, spec.frameworks, where)
         for arch in entry.arches:
             check("arch", arch, spec.arches, where)
+    for i, test in enumerate(spec.ci.test):
+        where = f"ci.test[{i}]"
+        for device in test.device.split(","):
+            check("device", device, spec.devices, where)
+        check("backend", test.backend, spec.backends, where)
+        if test.release is not None:
+            check("release", test.release, spec.releases, where)
+        if test.framework is not None:
+            check("framework", test.framework, spec.frameworks, where)
+        for arch in test.arches:
+            check("arch", arch, spec.arches, where)
     return problems
 
 

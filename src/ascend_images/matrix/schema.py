@@ -364,8 +364,24 @@ class CiEntry(Strict):
     framework: str = "none"
 
 
+class CiTestEntry(Strict):
+    """A selection CI builds from test doubles and tests (`invoke build --ci test`), as the selection flags spell
+    it: unset values take the matrix's defaults, so moving a default moves what CI tests and no test file."""
+
+    device: str
+    backend: str
+    release: str | None = None
+    framework: str | None = None
+    profile: str | None = None
+    env: list[str] = Field(default_factory=list)
+    allocator: str | None = None
+    arches: list[str]
+    why: str  # what this entry adds to CI (a stage kind, a default, a layout)
+
+
 class CiSpec(Strict):
     publish: list[CiEntry]
+    test: list[CiTestEntry] = Field(default_factory=list)
 
 
 class NoDeps(Strict):
@@ -402,6 +418,9 @@ class ToolSpec(Strict):
 
 class MatrixSpec(Strict):
     schema_: Literal[1] = Field(alias="schema")
+    # where this definition lives: every image's org.opencontainers.image.source, which registries and update tools
+    # follow from an image to its source
+    repository: str = Field(pattern=r"^https://[^\s]+$")
     source_date: dt.date  # the release's date: every image's SOURCE_DATE_EPOCH
     sources: dict[str, str]
     devices: dict[str, DeviceSpec]

@@ -20,7 +20,7 @@ from ascend_images.release.provenance import provenance, stage_chain
 from ascend_images.release.referrers import PROVENANCE_ARTIFACT, SBOM_ARTIFACT, artifact, attach, referrers
 from ascend_images.release.registry import DOCKER_LIST, OCI_INDEX, RegistryClient
 from ascend_images.release.sbom import PROPERTY, build_sbom, load_sbom, sbom_json
-from ascend_images.stages.names import CONTENT_KEY_LABEL, LABEL_PREFIX
+from ascend_images.stages.names import LABEL_PREFIX
 
 Out = Callable[[str], None]
 
@@ -207,8 +207,10 @@ def findings(docs: Attestations, *, locks_dir: Path, pins: Mapping[str, Pin], ch
         out.append(f"provenance: built from commit {built_at}, which is not in this checkout's history (HEAD {head})")
     stages = [d for d in statement.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", [])
               if str(d.get("name", "")).startswith("stage:")]
-    top_key = labels.get(CONTENT_KEY_LABEL, "")
-    if stages and stages[0].get("annotations", {}).get("content-key") != top_key:
-        out.append(f"provenance: the top stage's content key {stages[0].get('annotations', {}).get('content-key')} "
-                   f"is not the image's {top_key}")
+    subject = next(iter(statement.get("subject") or []), {}).get("digest", {}).get("sha256", "")
+    top = stages[0].get("digest", {}).get("sha256", "") if stages else ""
+    recompressed = {b.get("digest", {}).get("sha256") for b in statement.get("predicate", {}).get(
+        "runDetails", {}).get("byproducts", []) if b.get("name") == "recompressed-from"}
+    if stages and top != subject and top not in recompressed:
+        out.append(f"provenance: its top stage is sha256:{top}, not the image it describes (sha256:{subject})")
     return out

@@ -1,5 +1,5 @@
 """An image's provenance: an in-toto Statement v1 with an SLSA Provenance v1 predicate, made from what the image and
-its stage images say of themselves (labels: the matrix row, the content key, the parent, the downloads) and from the
+its stage images say of themselves (labels: the matrix row, the parent, the downloads) and from the
 engine and checkout that publish it. Inputs are recorded by digest; no flag's value is, so no credential can be."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from ascend_images.checkout import version
 from ascend_images.release.inventory import Inventory
-from ascend_images.stages.names import CONTENT_KEY_LABEL, LABEL_PREFIX
+from ascend_images.stages.names import LABEL_PREFIX, PARENT_LABEL
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -26,27 +26,30 @@ class StageRecord:
     ref: str
     image_id: str
     kind: str
-    content_key: str
     created: str
 
 
 def stage_chain(client, ref: str) -> list[StageRecord]:
-    """The image and every stage image below it, found through each one's base-name label (the tag of its parent)."""
+    """The image and every stage image below it, found through each one's parent label (`<repo>:<tag>`, in the
+    namespace of the image's own name: the labels name none)."""
     out: list[StageRecord] = []
     seen: set[str] = set()
+    repo, _, _ = ref.rpartition(":")
+    namespace = repo.rsplit("/", 1)[0] if "/" in repo else ""
     current: str | None = ref
     while current and current not in seen:
         seen.add(current)
         try:
             attrs = client.api.inspect_image(current)
-        except Exception:  # a parent we did not build (the OS image) or no longer have: the chain ends there
+        except Exception:  # a parent no longer here: the chain ends there
             break
         labels = (attrs.get("Config") or {}).get("Labels") or {}
-        if CONTENT_KEY_LABEL not in labels:
+        if f"{LABEL_PREFIX}.stage" not in labels:
             break
-        out.append(StageRecord(current, attrs["Id"], labels.get(f"{LABEL_PREFIX}.stage", ""), labels[CONTENT_KEY_LABEL],
+        out.append(StageRecord(current, attrs["Id"], labels[f"{LABEL_PREFIX}.stage"],
                                labels.get("org.opencontainers.image.created", "")))
-        current = labels.get("org.opencontainers.image.base.name")
+        parent = labels.get(PARENT_LABEL)
+        current = (f"{namespace}/{parent}" if namespace else parent) if parent else None
     return out
 
 
@@ -57,10 +60,11 @@ def provenance(inv: Inventory, chain: list[StageRecord], subject: tuple[str, str
     labels = inv.labels
     selection = {key: labels[f"{LABEL_PREFIX}.{key}"] for key in SELECTION if f"{LABEL_PREFIX}.{key}" in labels}
     dependencies = [{"name": f"stage:{s.kind}", "uri": s.ref, "digest": {"sha256": s.image_id.removeprefix("sha256:")},
-                     "annotations": {"content-key": s.content_key, "created": s.created}} for s in chain]
+                     "annotations": {"created": s.created}} for s in chain]
     dependencies += [{"name": f"download:{file}", "digest": {"sha256": sha256}}
                      for file, sha256 in sorted(inv.downloads.items())]
     created = sorted(s.created for s in chain if s.created)
+    local = chain[0].image_id.removeprefix("sha256:") if chain else ""
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": name, "digest": {"sha256": digest.removeprefix("sha256:")}}],
@@ -83,11 +87,15 @@ def provenance(inv: Inventory, chain: list[StageRecord], subject: tuple[str, str
                     "commit": labels.get("org.opencontainers.image.revision", ""),
                     "docker-engine": engine_version}},
                 "metadata": {
-                    "invocationId": labels.get(CONTENT_KEY_LABEL, ""),
+                    # the image is its own identity: its digest, the same wherever the same inputs built it
+                    "invocationId": digest,
                     "startedOn": created[0] if created else "",
                     "finishedOn": created[-1] if created else "",
                 },
-                "byproducts": [{"name": "published-from-checkout", "annotations": {"commit": commit}}],
+                "byproducts": [{"name": "published-from-checkout", "annotations": {"commit": commit}},
+                               # pushed with its layers recompressed (zstd): the same image, another manifest
+                               *([{"name": "recompressed-from", "digest": {"sha256": local}}]
+                                 if local and local != digest.removeprefix("sha256:") else [])],
             },
         },
     }

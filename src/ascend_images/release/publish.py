@@ -10,7 +10,9 @@ Order and guarantees:
    the same image (the same config, so the same diff-ids and labels) with its layers compressed by zstd instead,
    smaller and quicker to pull for clients that read zstd (Docker >= 23, containerd >= 1.5); transient failures are
    retried, definitive ones are not;
-4. a manifest list is written only when every platform of its variant is in the registry;
+4. a manifest list (an OCI index) is written only when every platform of its variant is in the registry; each entry
+   is annotated with its base image as published here (`org.opencontainers.image.base.name`, `.base.digest`), the
+   one place a registry path is known: the image itself names no namespace (DESIGN 27);
 5. aliases (latest-<device>-<backend>) move only after every immutable tag of the selection is in place;
 6. each per-arch image pushed gets its SBOM and provenance attached as OCI referrers (release.attest).
 A failure at any point leaves no alias on a half-published variant; running again completes the job.
@@ -38,8 +40,11 @@ from ascend_images.inputs.pins import Pin
 from ascend_images.matrix.model import Variant
 from ascend_images.release.attest import Attestor
 from ascend_images.release.inventory import labelled_downloads
-from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError, manifest_list, retry
-from ascend_images.stages.names import TEST_DOUBLE_LABEL, alias, image_tag, list_tag, repo_name
+from ascend_images.release.registry import OCI_INDEX, RegistryClient, RegistryError, image_index, retry
+from ascend_images.stages.names import PARENT_LABEL, TEST_DOUBLE_LABEL, alias, image_tag, list_tag, repo_name
+
+BASE_NAME = "org.opencontainers.image.base.name"
+BASE_DIGEST = "org.opencontainers.image.base.digest"
 
 Out = Callable[[str], None]
 PUSH_BACKOFF = (1.0, 3.0)  # the engine already retries layer uploads itself
@@ -281,6 +286,33 @@ class Publisher:
         return digest
 
     # --- 4 and 5: lists, then aliases -----------------------------------------------------------------
+    def base_annotations(self, group: VariantRelease, image: ArchImage, manifest: Any) -> dict[str, str]:
+        """The base image of a per-arch image as this registry names it: its parent stage (the parent label, in the
+        image's own namespace) under the target namespace, and that parent's digest where the registry or the engine
+        has it."""
+        if self.client is not None:
+            labels = (self.client.api.inspect_image(image.local).get("Config") or {}).get("Labels") or {}
+        else:  # lists only: the image is in the registry, not here
+            config = json.loads(self.registry.blob(group.repo, manifest.body["config"]["digest"]))
+            labels = (config.get("config") or {}).get("Labels") or {}
+        parent = labels.get(PARENT_LABEL)
+        if not parent:
+            return {}
+        repo, _, tag = parent.rpartition(":")
+        remote_repo = self.target.repo(repo)
+        annotations = {BASE_NAME: self.ref(remote_repo, tag)}
+        remote = self.registry.manifest(remote_repo, tag)
+        digest = remote.digest if remote is not None else ""
+        if not digest and self.client is not None:
+            local = f"{image.local.rpartition('/')[0]}/{parent}" if "/" in image.local else parent
+            try:
+                digest = self.client.api.inspect_image(local)["Id"]
+            except docker.errors.ImageNotFound:
+                digest = ""
+        if digest:
+            annotations[BASE_DIGEST] = digest
+        return annotations
+
     def write_list(self, group: VariantRelease) -> bytes | None:
         children = []
         for darch, image in sorted(group.images.items()):
@@ -290,12 +322,12 @@ class Publisher:
                     return None
                 raise PublishError(f"refusing to write {self.ref(group.repo, group.list_tag)}: platform {darch} "
                                    f"({image.tag}) is not in the registry")
-            children.append((manifest, image.platform))
-        body = manifest_list(children)
+            children.append((manifest, image.platform, self.base_annotations(group, image, manifest)))
+        body = image_index(children)
         if self.dry_run:
             self.out(f"  would write list {self.ref(group.repo, group.list_tag)} ({', '.join(sorted(group.images))})")
             return body
-        digest = self.registry.put_manifest(group.repo, group.list_tag, body, DOCKER_LIST)
+        digest = self.registry.put_manifest(group.repo, group.list_tag, body, OCI_INDEX)
         self.report["tags"][self.ref(group.repo, group.list_tag)] = digest
         self.out(f"  list {self.ref(group.repo, group.list_tag)} -> {digest[:19]} ({', '.join(sorted(group.images))})")
         self.on_step("list", self.ref(group.repo, group.list_tag))
@@ -342,7 +374,7 @@ class Publisher:
                 if self.dry_run:
                     self.out(f"  would move alias {self.ref(group.repo, group.alias)}")
                     continue
-                digest = self.registry.put_manifest(group.repo, group.alias, body, DOCKER_LIST)
+                digest = self.registry.put_manifest(group.repo, group.alias, body, OCI_INDEX)
                 self.report["tags"][self.ref(group.repo, group.alias)] = digest
                 self.out(f"  alias {self.ref(group.repo, group.alias)} -> {digest[:19]}")
         return self.report

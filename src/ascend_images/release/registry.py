@@ -231,14 +231,17 @@ def _digest(body: bytes) -> str:
     return f"sha256:{hashlib.sha256(body).hexdigest()}"
 
 
-def manifest_list(children: list[tuple[Manifest, dict[str, str]]]) -> bytes:
-    """A Docker manifest list naming each child by the digest the registry holds (never re-serialised)."""
+def image_index(children: list[tuple[Manifest, dict[str, str], dict[str, str]]]) -> bytes:
+    """An OCI image index naming each child by the digest the registry holds (never re-serialised), with its
+    platform and its annotations (the base image's name and digest where it is published: DESIGN 27). An OCI index,
+    not a Docker manifest list: only it carries annotations, and the children are OCI manifests."""
     doc = {
         "schemaVersion": 2,
-        "mediaType": DOCKER_LIST,
+        "mediaType": OCI_INDEX,
         "manifests": [
-            {"mediaType": m.media_type, "size": m.size, "digest": m.digest, "platform": platform}
-            for m, platform in children
+            {"mediaType": m.media_type, "size": m.size, "digest": m.digest, "platform": platform,
+             **({"annotations": dict(sorted(annotations.items()))} if annotations else {})}
+            for m, platform, annotations in children
         ],
     }
     return json.dumps(doc, indent=3).encode()

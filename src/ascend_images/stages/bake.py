@@ -1,13 +1,20 @@
-"""A plan as a buildx bake file (DESIGN 23): one target per stage, each over its parent target (a named context that
-replaces the parent's image reference), so `docker buildx bake -f rendered/docker-bake.json TARGET` builds a variant
-and the stages below it with no code of ours, in the order and parallelism BuildKit chooses.
+"""A plan as a buildx bake definition (DESIGN 23, 25): one target per stage, each over its parent target (a named
+context that replaces the parent's name in FROM), so `docker buildx bake` builds a variant and the stages below it
+with no code of ours, in the order and parallelism BuildKit chooses. `invoke build` writes its plan's definition with
+this writer and runs it; `rendered/docker-bake.json` is the same writer's output for what CI builds and publishes.
 
-What a build is given comes in as bake variables (each also an environment variable of the same name) or `--set`:
-where the build inputs are (BAKE_INPUTS: each target's named contexts `wheels`, `cann`, `artifacts` are the
-directories `<BAKE_INPUTS>/<target>/<name>`, which `invoke fetch --bake-inputs DIR` lays out with exactly the files
-the target's Dockerfile names, as `invoke build` gives them: a mount's content is part of its step's cache key, so a
-whole wheel store would make every stage's key change with each wheel added to it, and bake would share no cache
-with `invoke build`), SOURCE_DATE_EPOCH (the matrix release's date), the native stages' base image, the network.
+What a build is given comes in as bake variables (each also an environment variable of the same name):
+- NAMESPACE: `[REGISTRY/]NAMESPACE` of every tag (the images themselves name none: DESIGN 27);
+- PUSH: `true` pushes every stage to NAMESPACE's registry (a builder whose images do not land in an engine);
+- CACHE: `REGISTRY/NAMESPACE` of a registry cache (`type=registry,mode=max`, one ref per target), "" for none;
+  CACHE_READ_ONLY=true imports from it and exports nothing (pull requests);
+- CONTEXTS: where the stages' contexts are (rendered/ for the committed file);
+- BAKE_INPUTS: each target's named contexts `wheels`, `cann`, `artifacts` are `<BAKE_INPUTS>/<target>/<name>`, which
+  `invoke fetch --bake-inputs DIR` lays out with exactly the files the target's Dockerfile names, as `invoke build`
+  does (a mount's content is part of its step's cache key: a whole wheel store would change every key as it grows);
+- SOURCE_DATE_EPOCH and CREATED (the matrix release's date), REVISION (the commit the images are of: the last one
+  that changed the build definition, `git log -1 --format=%H -- <checkout.BUILD_DEFINITION>`), INSTALLER_BASE (the
+  native stages' base image), NETWORK.
 The sha256 of each download PyPI does not carry is a build arg of its target with pins.yaml's as its default (`--set
 TARGET.args.SHA256_<FILE>=...` builds from other files, which the image's labels then name). Secrets (an extra CA
 bundle, a pip config, a netrc, the OS mirror) are `--set TARGET.secrets=id=ca,src=FILE`."""
@@ -16,16 +23,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ascend_images import DEFAULT_NAMESPACE
+from ascend_images.inputs.sources import Sources
 from ascend_images.stages.plan import BuildPlan
-from ascend_images.stages.render import NAMED_CONTEXTS
+from ascend_images.stages.render import NAMED_CONTEXTS, Renderer
 from ascend_images.stages.stage import Stage
 
 # the directory of every target's named contexts, as `invoke fetch --bake-inputs` leaves it
 INPUTS_VARIABLE = "BAKE_INPUTS"
 INPUTS_DEFAULT = "build/bake-inputs"
+CONTEXTS_VARIABLE = "CONTEXTS"
 _MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
+# the registry cache: a ref per target, under CACHE, both ways unless CACHE_READ_ONLY
+_CACHE_ON = 'CACHE != ""'
+_CACHE_WRITE = 'CACHE != "" && CACHE_READ_ONLY != "true"'
 
 
 def target_name(stage: Stage) -> str:
@@ -33,42 +48,91 @@ def target_name(stage: Stage) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", stage.slug)
 
 
-def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], context_root: str, epoch: int, created: str,
-              installer_base: str) -> dict[str, Any]:
+def _cache(condition: str, entry: str) -> str:
+    """A list attribute that holds `entry` when `condition` holds, else nothing (an HCL expression: bake reads the
+    JSON file's strings as templates)."""
+    return f'${{{condition} ? [{_quoted(entry)}] : []}}'
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace('"', '\\"') + '"'
+
+
+def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], epoch: int, created: str, installer_base: str,
+              groups: Mapping[str, list[Stage]] | None = None) -> dict[str, Any]:
     """The bake definition of `plan`: `dockerfiles` maps each stage's slug to its Dockerfile (what it mounts decides
-    its contexts), `context_root` is where the stages' contexts are, relative to where bake runs."""
+    its contexts). Its default group is the plan's variant images; `groups` adds named ones (their top stages)."""
     targets: dict[str, Any] = {}
     for stage in plan.stages:
         dockerfile = dockerfiles[stage.slug]
+        name = target_name(stage)
         mounted = sorted({m["name"] for m in _MOUNTED.finditer(dockerfile)} & set(NAMED_CONTEXTS))
-        contexts = {name: f"${{{INPUTS_VARIABLE}}}/{target_name(stage)}/{name}" for name in mounted}
+        contexts = {context: f"${{{INPUTS_VARIABLE}}}/{name}/{context}" for context in mounted}
         if stage.parent is not None:
-            contexts[stage.parent.tag] = f"target:{target_name(stage.parent)}"
+            contexts[stage.parent_ref] = f"target:{target_name(stage.parent)}"
         args = {"SOURCE_DATE_EPOCH": "${SOURCE_DATE_EPOCH}"}
         if "ARG INSTALLER_BASE=" in dockerfile:
             args["INSTALLER_BASE"] = "${INSTALLER_BASE}"
-        targets[target_name(stage)] = {
-            "context": f"{context_root}/{stage.slug}",
+        cache = f"type=registry,ref=${{CACHE}}/{name}:buildcache"
+        targets[name] = {
+            "context": f"${{{CONTEXTS_VARIABLE}}}/{stage.slug}",
             "dockerfile": "Dockerfile",
             "contexts": contexts,
             "args": args,
             "platforms": [stage.variant.arch_spec.docker_platform],
-            "tags": [stage.tag],
-            "labels": {"org.opencontainers.image.created": "${CREATED}"},
+            "tags": [f"${{NAMESPACE}}/{stage.name}"],
+            "labels": {"org.opencontainers.image.created": "${CREATED}",
+                       "org.opencontainers.image.revision": "${REVISION}"},
             "network": "${NETWORK}",
             # buildx's own provenance names the build's time and host (and makes the image an index): ours is
             # attached at publish time (release/), from the image
             "attest": ["type=provenance,disabled=true", "type=sbom,disabled=true"],
+            # OCI media types: on a containerd image store the image's id is then the manifest digest a registry
+            # shows once it is pushed (DESIGN 24)
+            "output": ["type=image,oci-mediatypes=true,push=${PUSH}"],
+            "cache-from": _cache(_CACHE_ON, cache),
+            "cache-to": _cache(_CACHE_WRITE, f"{cache},mode=max,oci-mediatypes=true,image-manifest=true,"
+                                             "ignore-error=true"),
         }
-    tops = sorted({target_name(top) for top in plan.tops.values()})
+    named = {"default": list(plan.tops.values()), **(groups or {})}
     return {
         "variable": {
+            "NAMESPACE": {"default": DEFAULT_NAMESPACE},
+            "PUSH": {"default": "false"},
+            "CACHE": {"default": ""},
+            "CACHE_READ_ONLY": {"default": "false"},
+            CONTEXTS_VARIABLE: {"default": "rendered"},
             INPUTS_VARIABLE: {"default": INPUTS_DEFAULT},
             "SOURCE_DATE_EPOCH": {"default": str(epoch)},
             "CREATED": {"default": created},
+            "REVISION": {"default": ""},
             "INSTALLER_BASE": {"default": installer_base},
             "NETWORK": {"default": "default"},
         },
-        "group": {"default": {"targets": tops}},
+        "group": {group: {"targets": sorted({target_name(top) for top in tops})} for group, tops in named.items()},
         "target": targets,
     }
+
+
+@dataclass(frozen=True)
+class RenderedStage:
+    dockerfile: str
+    wanted: tuple[str, ...]  # the `name==version --hash=sha256:...` lines of the wheel store its build takes
+    indexes: tuple[str, ...]  # where beside the pip indexes those files are found (x86_64's torch: its CPU index)
+
+
+def render_plan(plan: BuildPlan, sources: Sources, out_dir: Path, header: str = "",
+                renderer: Renderer | None = None) -> dict[str, RenderedStage]:
+    """Every stage's context written under `out_dir/<slug>`, all rendered in memory first (a failure writes
+    nothing, and a missing download or stale lock fails before any file is touched); returns what each slug's build
+    takes: its Dockerfile (for bake_file) and the wheel store's files it installs (for its inputs)."""
+    renderer = renderer or Renderer()
+    rendered = []
+    for stage in plan.stages:
+        ctx, files = renderer.context(stage, sources)
+        rendered.append((stage, ctx, files, header + renderer.render_text(stage, ctx)))
+    for stage, ctx, files, dockerfile in rendered:
+        renderer.write(stage, out_dir, ctx, files, dockerfile)
+    return {stage.slug: RenderedStage(dockerfile, tuple(ctx.get("packages", {}).get("wanted", [])),
+                                      tuple(ctx.get("packages", {}).get("indexes", [])))
+            for stage, ctx, _, dockerfile in rendered}

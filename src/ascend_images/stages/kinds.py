@@ -244,7 +244,7 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               doubles=(("artifacts", "framework-archives"),),
               repo_of=lambda v: v.framework, doubles_below=lambda v: v.backend, lock_layer="framework"),
     StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
-              lambda s: f"{s.parent_ref} with profile {s.variant.profile}"
+              lambda s: f"{s.parent_ref.rsplit('/', 1)[-1]} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),
               ctxs.overlay_context, repo="", tag_scope="over"),
 )}

@@ -39,7 +39,8 @@ def check_namespace(namespace: str, flag: str = "--namespace") -> str:
     if len(namespace) > 200:
         raise SelectionError(f"{flag}: {len(namespace)} characters; a repository name has at most 255 with its repo")
     return namespace
-CONTENT_KEY_LABEL = f"{LABEL_PREFIX}.content-key"
+# the stage below, as `<repo>:<tag>` in the image's own namespace: how provenance and publishing walk a chain
+PARENT_LABEL = f"{LABEL_PREFIX}.parent"
 TEST_DOUBLE_LABEL = f"{LABEL_PREFIX}.test-double"
 
 

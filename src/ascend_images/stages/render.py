@@ -21,7 +21,7 @@ from ascend_images.inputs.artifacts import off_pypi_wanted
 from ascend_images.inputs.sources import INPUTS_DIR, Sources
 from ascend_images.stages.contexts import DOWNLOADS_LABEL, INSTALLER_FILES, INSTALLER_OS
 from ascend_images.stages.kinds import KINDS, stage_doubles, stage_label_version, stage_labels
-from ascend_images.stages.names import TEST_DOUBLE_LABEL
+from ascend_images.stages.names import PARENT_LABEL, TEST_DOUBLE_LABEL
 from ascend_images.stages.stage import Stage
 
 
@@ -104,6 +104,16 @@ def test_doubles(stage: Stage, sources: Sources) -> list[str]:
                                  "off-pypi": off_pypi})
 
 
+def parent_name(stage: Stage) -> str:
+    """The stage below as `<repo>:<tag>`, when it is one of ours (a parent of the plan, or the image an overlay is
+    built over alone); "" over an image we do not build."""
+    if stage.parent is not None:
+        return stage.parent.name
+    if stage.parent_doubles is not None and stage.external_parent:
+        return stage.external_parent.rsplit("/", 1)[-1]
+    return ""
+
+
 class Renderer:
     def __init__(self, images_dir: Path = IMAGES_DIR):
         self.images_dir = images_dir
@@ -123,7 +133,10 @@ class Renderer:
                 "org.opencontainers.image.version": stage_label_version(stage.kind, v),
                 "org.opencontainers.image.vendor": "ascend-images",
                 "org.opencontainers.image.licenses": "Apache-2.0",
-                "org.opencontainers.image.base.name": stage.parent_ref,
+                "org.opencontainers.image.source": v.matrix.spec.repository,
+                # nothing here names a namespace (DESIGN 27): the parent is `<repo>:<tag>` beside the image's own
+                # name, and the registry path of what is published goes on at publish time (base.name)
+                **({PARENT_LABEL: parent_name(stage)} if parent_name(stage) else {}),
                 **stage_labels(stage),
             },
             "os": {"family": os_spec.family, "python_bin": os_spec.python_bin,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.matrix.model import Variant
 
 
@@ -28,10 +29,19 @@ class Stage:
 
     @property
     def parent_ref(self) -> str:
+        """What the stage's Dockerfile says FROM: an image from outside the plan as it is named, a parent of the plan
+        by its name under the default namespace, whatever namespace the plan tags (DESIGN 27). A build gives that
+        name the parent's own build (bake: `target:`), so the context, like the image, is the same under every
+        namespace."""
         if self.parent is not None:
-            return self.parent.tag
+            return f"{DEFAULT_NAMESPACE}/{self.parent.name}"
         assert self.external_parent is not None
         return self.external_parent
+
+    @property
+    def name(self) -> str:
+        """`<repo>:<tag>` without the namespace: what the stage is, whichever namespace names it."""
+        return self.tag.rsplit("/", 1)[-1]
 
     @property
     def slug(self) -> str:
