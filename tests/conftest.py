@@ -3,8 +3,11 @@ missing engine is a failure."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from ascend_images.matrix.model import Matrix, load_matrix  # noqa: E402
+from tests.fixtures import ci_images as ci_images_module  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -42,31 +46,39 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    """A skip outside tests/npu under CI=true fails the run, whatever else passed (the summary names each); and each
-    process writes what the CI images cost it (`invoke ci-costs` adds them up for docs/tests.md's table)."""
+    """A skip outside tests/npu under CI=true fails the run, whatever else passed (the summary names each); and the
+    controller writes what each CI image's checks cost (`invoke ci-costs` adds the CI build's report to it for
+    docs/tests.md's table)."""
     if _forbidden_skips(session.config):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if CI_COSTS["builds"] or CI_COSTS["checks"]:
-        path = ROOT / "build" / "test" / (os.environ.get("PYTEST_XDIST_WORKER") or "main") / "ci-costs.json"
+    if CHECKS and not os.environ.get("PYTEST_XDIST_WORKER"):
+        path = ROOT / "build" / "test" / "main" / "ci-costs.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(CI_COSTS, indent=1) + "\n")
+        path.write_text(json.dumps({"checks": CHECKS}, indent=1) + "\n")
 
 
-# What each CI image costs a run: the stages built for it (seconds, by the process that built them), and the time of
-# its checks (each xdist group's test durations, as the controller receives them: `...@image:<tag>`)
-CI_COSTS: dict = {"builds": [], "checks": {}}
+# The seconds of each test's unit (an image's checks `image:<tag suffix>`, or a module), as the controller gets them
+CHECKS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report):
-    group = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else ""
-    if group and not os.environ.get("PYTEST_XDIST_WORKER"):
-        CI_COSTS["checks"][group] = round(CI_COSTS["checks"].get(group, 0.0) + report.duration, 2)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        unit = scope_of(report.nodeid, _image_ids())
+        CHECKS[unit] = round(CHECKS.get(unit, 0.0) + report.duration, 2)
 
 
-def record_ci_build(index: int, plan, results) -> None:
-    CI_COSTS["builds"].append({"selection": index, "images": sorted(top.tag for top in plan.tops.values()),
-                               "stages": [{"tag": r.tag, "kind": r.kind, "status": r.status,
-                                           "seconds": round(r.seconds, 1)} for r in results]})
+_CONFIG: list = []
+
+
+def pytest_configure(config):
+    _CONFIG.append(config)
+
+
+@functools.cache
+def _image_ids() -> list[str]:
+    from tests.image.conftest import image_ids
+
+    return image_ids(_CONFIG[0])
 
 
 @pytest.fixture(autouse=True)
@@ -96,129 +108,74 @@ def docker_client():
     return client
 
 
-# --- images built once per session, shared by tests/integration and tests/image -------------------
-# The CI selection (issue 44): every stage kind and every default once, on chains CI builds anyway; an image that only
-# adds another combination (verl over SGLang 0.5.10 on CANN 8.5.0, the other releases) is rendered, locked and
-# checked here (`lock --check`, `render --check`) and built by the publishing workflow. aarch64, what most Ascend
-# hosts run, under emulation on x86_64 runners. Ordered so the quick images come first: each image's checks start as
-# soon as it is built (tests/image/conftest.py), while the longer chains still build.
-TEST_ARCH = os.environ.get("ASCEND_IMAGES_TEST_ARCH", "aarch64")
+# --- the images CI tests: built before the session (README's command 2), read back here -------------------------
+# matrix.yaml's ci.test (one image per stage kind and per default), built from the test doubles in one bake by
+# `invoke build --ci test` (tests/fixtures/ci_images.py); aarch64, what most Ascend hosts run, under emulation.
+TEST_ARCH = ci_images_module.ARCH
 TEST_DOCKER_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]  # the tags' arch suffix
-TEST_NAMESPACE = "ascend-images-test"
-CI_SELECTIONS = [
-    # the CANN 9.1.0 line, the default of both devices' none and vllm: the 9.x env (ATB_CXX_ABI, toolkit home
-    # first), the cann-versioned-atb-abi layout, torch 2.10.0
-    {"device": "a2,a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"},
-    # the thin overlay on the A3 torch image, with all it can set: a profile, an --env value given at build time and
-    # an allocator the backend does not preload by default (one image for the three, to keep CI's image count down:
-    # each image's checks load the stack once under emulation)
-    {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0", "profile": "debug",
-     "env": ["OMP_NUM_THREADS=8"], "allocator": "tcmalloc"},
-    # the older layout: ascend-toolkit/latest (CANN 8.3.RC1, torch 2.7.1), A2
-    {"device": "a2", "backend": "none", "release": "cann8.3.rc1-sglang0.5.8"},
-    # SGLang's current NPU line (the default of both devices' sglang; the cann-versioned layout) from its tag archive
-    # (the double: PyPI's wheel's code) and the committed dependency list's lock, with the fake sgl-kernel-npu
-    # 2026.7.27 zip and triton-ascend 3.2.1.dev20260530
-    {"device": "a3", "backend": "sglang", "release": "cann9.0.0-sglang0.5.17"},
-    # vLLM-Ascend 0.23.0 (vLLM's sdist with VLLM_TARGET_DEVICE=empty, arctic-inference built from its sdist,
-    # triton-ascend 3.2.2 --no-deps from the fake vendor wheel), and the framework kind over it: verl
-    {"device": "a3", "backend": "vllm", "release": "cann9.1.0-pt2.10.0"},
-    {"device": "a3", "backend": "vllm", "framework": "verl"},
-    # ROLL over the same vLLM-Ascend image, with its own pins moving the backend's (numpy 1.x, datasets 3.1.0,
-    # transformers 4.57.6): a framework stage only, its own imports checked
-    {"device": "a3", "backend": "vllm", "framework": "roll"},
-]
+TEST_NAMESPACE = ci_images_module.NAMESPACE
 SGLANG_TAG = "0.5.17"  # the tag archive CI's SGLang image is built from (fake_sglang_tag)
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-
-
-# --- three pytest-xdist workers on two cores (CI: `-n 3`; addopts: `--dist loadgroup`): an emulated check keeps one
-# core busy, and the waits on the engine, registries and the network leave room for a third. A worker runs a whole
-# group: one image's checks (its container and its one torch import are set up once), or one module's tests, split by
-# whether they need the CI images. The first group is test_build's: its worker builds the CI images from the start,
-# while the others run the groups that need none, the longest (the x86_64 chains) first and those on the emulated
-# base that first worker is building last, so they seldom wait for it; then all share the rest, the long groups first
-# and the image groups last, to fill the gaps at the end.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-NEEDS_CI_IMAGES = {"ci_builds", "ci_images"}
-BUILDS_FIRST = "tests.integration.test_build:ci"
 
 
-# Their x86_64 chains start alike on one base, so Docker's layer cache shares the first layers between them; the
-# robustness tests remove their namespaces afterwards, which prunes such a layer even while the other module's build
-# has just found it in the cache ("No such image"). One worker runs them one after another.
-X86_CHAINS = "x86_64-chains"
-X86_CHAIN_MODULES = {"tests.integration.test_robustness", "tests.integration.test_wheelhouse_x86",
-                     "tests.integration.test_secret_flags"}
+# --- three pytest-xdist workers on two cores (CI: `-n 3`): an emulated check keeps one core busy, and the waits on
+# the engine, registries and the network leave room for a third. A worker takes a whole unit at a time: one module
+# (its module fixtures, a stock Debian root or a registry, made once), or, in tests/image, one image across every
+# module there (its container made once per worker, and what it says of itself asked once per session: tests/image's
+# facts). That is xdist's own loadscope with the image as the scope of an image check.
+def scope_of(nodeid: str, image_ids: list[str]) -> str:
+    """The unit a worker takes: `image:<id>` for a check of one image (whatever its other parameters), else its
+    module."""
+    path, _, rest = nodeid.partition("::")
+    if path.startswith("tests/image/"):
+        for image in sorted(image_ids, key=len, reverse=True):  # the longest first: an overlay's id holds its base's
+            if re.search(rf"[\[-]{re.escape(image)}[\]-]", rest):
+                return f"image:{image}"
+    return path
 
 
-# They push the CI torch images to this worker's registry: one worker runs them, so each image is compressed and
-# uploaded once (53 s of the engine's CPU for the A3 one) and then mounted from the repository that has it.
-PUSHES_CI_IMAGES = {"tests.integration.test_publish", "tests.integration.test_attest"}
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
 
+    from tests.image.conftest import image_ids
 
-def _group(item) -> str:
-    image = item.callspec.params.get("image") if hasattr(item, "callspec") else None
-    if image and item.path.parent.name == "image":
-        return f"image:{image}"
-    if NEEDS_CI_IMAGES & set(item.fixturenames):
-        return "registry-pushes:ci" if item.module.__name__ in PUSHES_CI_IMAGES else f"{item.module.__name__}:ci"
-    return X86_CHAINS if item.module.__name__ in X86_CHAIN_MODULES else item.module.__name__
+    ids = image_ids(config)
 
+    class ByModuleOrImage(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid, ids)
 
-def _rank(group: str, fixturenames: set[str]) -> int:
-    """The build first, and beside it the x86_64 chains, the longest group that needs no CI image (870
-    worker-seconds of a warm run at fa3ada4: started after the short ones, at 234 s, it ended the run 130 s after the
-    other workers); then the rest of what needs no CI image; then each CI image's checks, in CI_SELECTIONS' order
-    (each starts once its own image is built); the modules needing every CI image last."""
-    if group in (BUILDS_FIRST, X86_CHAINS):
-        return 0
-    if group.startswith("image:"):
-        return 3
-    if group.endswith(":ci"):
-        return 4
-    return 2 if "os_image" in fixturenames else 1
-
-
-# Worker-seconds of the longest groups after the first two, in a warm run of a fresh clone of 748d42e (--durations):
-# within a rank the longest start first, so the short ones fill the gaps at the end (that run ended on
-# test_image_suite_can_fail, started at 736 s of 877 on one worker while another was done at 798). The bake test is
-# put first of the groups needing every CI image: 74 s when BuildKit's cache has its chain, 384-503 s when it does not.
-LONGEST_GROUPS = {"tests.integration.test_bake:ci": 500, "tests.integration.test_image_suite_can_fail:ci": 141,
-                  "registry-pushes:ci": 82, "tests.integration.test_off_pypi": 205,
-                  "tests.integration.test_setup_host": 129, "tests.integration.test_lock": 86}
-
-
-# A wrapper, so the marks are set before every other implementation runs: xdist's worker turns the xdist_group marks
-# into node ids (`...@group`) in its own pytest_collection_modifyitems, and with no mark yet every test goes to
-# whichever worker is free.
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(config, items):
-    groups = {item: _group(item) for item in items}
-    rank: dict[str, int] = {}
-    for item, group in groups.items():
-        item.add_marker(pytest.mark.xdist_group(group))
-        rank[group] = max(rank.get(group, 0), _rank(group, set(item.fixturenames)))
-    # stable: pytest's own order is kept within a group; the image groups in CI_SELECTIONS' order
-    order = {f"image:{tag}": i for i, tag in enumerate(_ci_image_order())}
-    items.sort(key=lambda item: (rank[groups[item]], -LONGEST_GROUPS.get(groups[item], 0), order.get(groups[item], 0)))
-    return (yield)
-
-
-def _ci_image_order() -> list[str]:
-    from tests.image.conftest import ci_image_tags
-
-    return ci_image_tags()
+    return ByModuleOrImage(config, log)
 
 
 @pytest.fixture(scope="session")
 def work_dir() -> Path:
-    """Per xdist worker: the CA bundle with its marker, the fake CANN and the logs are written here, and two workers
-    writing one file at once would hand a build a half-written bundle."""
+    """Per xdist worker: what a test writes for itself (CA bundles, fake inputs, logs), never another worker's."""
     path = ROOT / "build" / "test" / (XDIST_WORKER or "main")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def ci_build(docker_client, os_image, matrix, pytestconfig) -> ci_images_module.CiBuild:
+    """What README's command 2 built before the tests (the plan of ci.test, each stage's result); built now, once,
+    when the engine lacks it."""
+    return ci_images_module.ensure(docker_client, matrix, live_output(pytestconfig))
+
+
+@pytest.fixture(scope="session")
+def ci_images(ci_build) -> list[str]:
+    """Every variant image CI tests."""
+    return ci_build.images
+
+
+@pytest.fixture(scope="session")
+def build_secrets(ci_build) -> dict[str, Path | str]:
+    """The CI build's CA bundle (the host's, which pip needs through the TLS proxy, plus a marker line) and netrc
+    (a marker credential): neither may appear in any layer, history entry, label or log."""
+    return ci_images_module.secrets()
 
 
 @pytest.fixture(scope="session")
@@ -248,28 +205,23 @@ def fake_artifacts_dir(work_dir: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def build_secrets(work_dir: Path) -> dict[str, Path | str]:
-    """A CA bundle (the host's, which pip needs through the TLS proxy, plus a marker line) and a netrc
-    holding a marker credential: neither may appear in any layer or in docker history."""
-    import uuid
+@contextlib.contextmanager
+def host_lock(name: str):
+    """One process of this host at a time in the block (xdist workers, and another run)."""
+    import fcntl
 
-    marker = f"{LEAK_MARKER_PREFIX}{uuid.uuid4().hex}"
-    ca = work_dir / "ca-bundle.pem"
-    base = HOST_CA.read_text() if HOST_CA.exists() else ""
-    ca.write_text(f"# {marker}\n{base}")
-    netrc = work_dir / "netrc"
-    netrc.write_text(f"machine private-index.invalid login ci password {marker}\n")
-    return {"ca": ca, "netrc": netrc, "marker": marker}
+    path = ROOT / "build" / "test" / f".{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _os_image_once(docker_client, tag: str, make) -> str:
     """`tag`, made by `make()` unless the engine has it, once even when two xdist workers ask at the same moment."""
-    from ascend_images.builder.claims import claim, claims_dir
     from ascend_images.builder.engine import image_exists
 
-    with claim(claims_dir(docker_client.info().get("ID", "engine")), f"os-image-{tag.replace('/', '_')}", tag,
-               lambda line: print(line, file=sys.stderr)):
+    with host_lock(f"os-image-{tag.replace('/', '_').replace(':', '_')}"):
         if not image_exists(docker_client, tag):
             make()
     return tag
@@ -303,21 +255,21 @@ def os_image(docker_client) -> str:
     return debian12_os_image(docker_client, TEST_ARCH)
 
 
-def build_ci_selection(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print,
-                       artifacts_dir: Path | None = None, jobs: int = 2, namespace: str = TEST_NAMESPACE):
+def build_selection_here(selection: dict, fake_cann_dir: Path, secrets: dict, work_dir: Path, out=print,
+                         artifacts_dir: Path | None = None, namespace: str = TEST_NAMESPACE, **options):
+    """A selection of a test's own, built as README's commands build (cli.build.build_selection), from the doubles."""
     from ascend_images.cli.build import build_selection
     from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 
-    sel = Selection(matrix=str(ROOT / "matrix.yaml"), arch=TEST_ARCH, **selection)
+    sel = Selection(matrix=str(options.pop("matrix", ROOT / "matrix.yaml")), arch=TEST_ARCH, **selection)
     flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir),
-                            artifacts_dir=str(artifacts_dir) if artifacts_dir else None)
+                        artifacts_dir=str(artifacts_dir) if artifacts_dir else None)
     inputs = InputFlags(ca_bundle=str(secrets["ca"]), netrc=str(secrets["netrc"]))
-    # two stages at once by default: an emulated build keeps one core busy, and this machine has two
-    return build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=namespace, jobs=jobs)
+    return build_selection(sel, flags, inputs, out, work_dir=work_dir, namespace=namespace, **options)
 
 
 def live_output(config):
-    """Print past pytest's capture: a cold build takes minutes and CI logs must show its progress."""
+    """Print past pytest's capture: a build takes minutes and CI logs must show its progress."""
     capture = config.pluginmanager.getplugin("capturemanager")
 
     def out(line: str) -> None:
@@ -328,39 +280,7 @@ def live_output(config):
 
 
 @pytest.fixture(scope="session")
-def ci_builds(docker_client, os_image, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir, pytestconfig):
-    """[(plan, results)] for each CI selection, built (or reused) once per session, in CI_SELECTIONS' order. One
-    selection at a time, its stages one by one: an emulated stage keeps a core busy, and the other core runs the
-    checks of the images built so far (a worker's image group builds just its own image, which this worker has built
-    or is building: it waits on that stage's claim, then reuses it)."""
-    out = live_output(pytestconfig)
-    built = []
-    for index, selection in enumerate(CI_SELECTIONS):
-        built.append(build_ci_selection(selection, fake_cann_dir, build_secrets, work_dir, out=out,
-                                        artifacts_dir=fake_artifacts_dir, jobs=1))
-        record_ci_build(index, *built[-1])
-    return built
-
-
-@pytest.fixture(scope="session")
-def ci_image_builder(docker_client, os_image, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir,
-                     pytestconfig):
-    """build(selection) -> (plan, results): one CI selection, built or reused (per worker, once)."""
-    out = live_output(pytestconfig)
-    done: dict[int, tuple] = {}
-
-    def build(index: int):
-        if index not in done:
-            done[index] = build_ci_selection(CI_SELECTIONS[index], fake_cann_dir, build_secrets, work_dir, out=out,
-                                             artifacts_dir=fake_artifacts_dir, jobs=1)
-            record_ci_build(index, *done[index])
-        return done[index]
-
-    return build
-
-
-@pytest.fixture(scope="session")
-def native_tool(docker_client, ci_builds, fake_cann_dir, fake_artifacts_dir, build_secrets, work_dir, pytestconfig):
+def native_tool(ci_build, build_secrets, work_dir, pytestconfig):
     """The native tool of CI's SGLang stage (its `installer` build stage: the build host's Python, uv and the install
     scripts) as an image, built from the stage's own Dockerfile (BuildKit's cache has it once the stage is built)."""
     import platform
@@ -369,21 +289,15 @@ def native_tool(docker_client, ci_builds, fake_cann_dir, fake_artifacts_dir, bui
     from ascend_images.cli.options import InputFlags, SourceFlags
     from ascend_images.inputs.osimage import local_os_image
 
-    stage = next(s for plan, _ in ci_builds for s in plan.stages if s.kind == "sglang")
-    flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir), artifacts_dir=str(fake_artifacts_dir))
+    stage = next(s for s in ci_build.plan.stages if s.kind == "sglang")
+    inputs_dir = ROOT / ci_images_module.INPUTS
+    flags = SourceFlags(cann_source="local", cann_dir=str(inputs_dir), artifacts_dir=str(inputs_dir))
     host = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
     inputs = InputFlags(ca_bundle=str(build_secrets["ca"])).inputs()
-    settings = BuildSettings(flags.sources(stage.variant.matrix), inputs, work_dir,
+    settings = BuildSettings(flags.sources(stage.variant.matrix), inputs, work_dir / "native-tool",
                              source_date=source_date(stage.variant.matrix),
                              installer_base=local_os_image("debian12", host))
-    return Builder(docker_client, settings, out=live_output(pytestconfig)).native_tool(
-        stage, f"{TEST_NAMESPACE}/native-tool:{host}")
-
-
-@pytest.fixture(scope="session")
-def ci_images(ci_builds) -> list[str]:
-    """Every variant image of the CI selections."""
-    return sorted({top.tag for plan, _ in ci_builds for top in plan.tops.values()})
+    return Builder(settings, out=live_output(pytestconfig)).native_tool(stage, f"{TEST_NAMESPACE}/native-tool:{host}")
 
 
 # --- a real registry on loopback (Debian's docker-registry), which tests may stop and restart ----------
@@ -405,7 +319,7 @@ def remove_tags(docker_client, prefix: str, **remove_kwargs) -> None:
 
 @pytest.fixture(scope="session")
 def kept_registries(tmp_path_factory, docker_client):
-    """The registries this worker's tests push to, one per xdist group, each kept on this host across runs
+    """The registries this worker's tests push to, one per module, each kept on this host across runs
     (~/.cache/ascend-images/test/registries/<group>: tests/fixtures/registry.py says why), started when first asked
     for. Tests use them through prefixes of their own (`registry`), so what earlier runs left is never theirs."""
     from ascend_images.inputs.download import host_cache
@@ -443,8 +357,8 @@ def _area(registry, tmp_path, docker_client):
 
 @pytest.fixture
 def registry(kept_registries, request, tmp_path, docker_client):
-    """This test's own repositories (a prefix of its own) in the registry its xdist group shares."""
-    yield from _area(kept_registries(_group(request.node).replace(":", "-")), tmp_path, docker_client)
+    """This test's own repositories (a prefix of its own) in the registry its module shares."""
+    yield from _area(kept_registries(request.node.module.__name__.rsplit(".", 1)[-1]), tmp_path, docker_client)
 
 
 AUTH_USER, AUTH_PASSWORD = "publisher", "s3cret-for-tests"

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shlex
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +16,7 @@ from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.cannenv import PATH_LIKE, clean_path_list
 from ascend_images.matrix.envs import effective_env
 from tests.conftest import image_history
+from tests.image.facts import image_fact
 from tests.image.paths import path_facts
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -27,9 +28,9 @@ SHELLS = {
 }
 
 
-@functools.cache
+@image_fact
 def shell_env(host, shell: str) -> dict[str, str]:
-    """What a process started by `shell` sees; asked once per container (one host each) and shell: nothing here
+    """What a process started by `shell` sees; asked once per image and shell in a session: nothing here
     changes it."""
     cmd = "env -0"
     out = host.check_output(SHELLS[shell].format(cmd=cmd, q=shlex.quote(cmd)) + " | base64 -w0")
@@ -44,9 +45,9 @@ def sourced_env(host, variant) -> dict[str, str]:
     return _sourced_env(host, tuple(variant.env_scripts))
 
 
-@functools.cache
+@image_fact
 def _sourced_env(host, scripts: tuple[str, ...]) -> dict[str, str]:
-    """Asked once per container: CANN's scripts, sourced by an emulated bash, take seconds, and four checks ask."""
+    """Asked once per image and session: CANN's scripts, sourced by an emulated bash, take seconds; four checks ask."""
     sources = " && ".join(f"source {s}" for s in scripts)
     script = shlex.quote(sources + " && env")
     cmd = f"env -i PATH=/usr/local/python/bin:/usr/bin:/bin bash --noprofile --norc -c {script}"
@@ -68,10 +69,16 @@ def test_python_headers_where_builds_look_for_them(host):
     assert host.check_output(f'python -c "{code}"') == "True"
 
 
-@functools.cache
-def pip_check(host):
-    """`pip check` in the container, run once per container (an emulated pip takes seconds): two checks read it."""
-    return host.run("pip check")
+@image_fact
+def _pip_check(host) -> dict:
+    result = host.run("pip check")
+    return {"rc": result.rc, "stdout": result.stdout, "stderr": result.stderr}
+
+
+def pip_check(host) -> SimpleNamespace:
+    """`pip check` in a container of the image, run once per image (an emulated pip takes seconds): two checks read
+    it."""
+    return SimpleNamespace(**_pip_check(host))
 
 
 def test_pip_check(host, image_locks):
@@ -171,9 +178,9 @@ def test_env_json_tells_the_truth(host):
 
 
 # --- versions -------------------------------------------------------------------------------------
-@functools.cache
+@image_fact
 def installed(host) -> dict[str, str]:
-    """The installed distributions and their versions, read once per container (one host each: an emulated Python
+    """The installed distributions and their versions, read once per image and session (an emulated Python
     walking a few hundred distributions' metadata takes seconds, and half a dozen checks ask)."""
     code = ("import importlib.metadata as m, json, re; print(json.dumps({re.sub(r'[-_.]+', '-', "
             "d.metadata['Name']).lower(): d.version for d in m.distributions()}))")
@@ -333,7 +340,7 @@ def test_tools_work_with_the_allocator_preloaded(host, variant):
 # --- labels ---------------------------------------------------------------------------------------
 def test_labels(docker_client, image, variant):
     """The io.ascend-images labels of a CI image equal test_expected.py's, written out by hand (an --image run is
-    held to its own variant's); the OCI labels and the content key are present and well-formed."""
+    held to its own variant's); the OCI labels are present, and none names a namespace (DESIGN 27)."""
     labels = docker_client.images.get(image).labels
     expected = written_out(image)
     want = expected["labels"] if expected else {
@@ -345,15 +352,15 @@ def test_labels(docker_client, image, variant):
     }
     wrong = {key: (labels.get(key), value) for key, value in want.items() if labels.get(key) != value}
     assert wrong == {}, f"(have, want): {wrong}"
-    for key in ("title", "description", "version", "created", "licenses", "base.name"):
+    for key in ("title", "description", "version", "created", "licenses", "source"):
         assert labels.get(f"org.opencontainers.image.{key}"), key
-    # `invoke build`'s identity of the stage; an image built from rendered/docker-bake.json by plain bake has none
-    key = labels.get("io.ascend-images.content-key")
-    assert key is None or re.fullmatch(r"[0-9a-f]{64}", key), key
+    namespace = image.rsplit("/", 1)[0]
+    assert not [k for k, v in labels.items() if namespace in v], labels
+    assert "org.opencontainers.image.base.name" not in labels  # set where the name is known: at publish time
 
 
 # --- hygiene --------------------------------------------------------------------------------------
-@functools.cache
+@image_fact
 def leftovers(host) -> list[str]:
     """What no image may keep, found in one walk of its filesystem per container (an emulated `find /` takes
     seconds): pip's HTTP cache directories, installers (`*.run`), the build's secrets and pip or netrc files."""

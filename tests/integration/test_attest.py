@@ -45,7 +45,7 @@ def in_container(docker_client, image: str, command: str) -> str:
                                         network_disabled=True).decode()
 
 
-def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client, ci_builds, registry, build_secrets,
+def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client, ci_build, registry, build_secrets,
                                                                    tmp_path):
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
@@ -83,7 +83,7 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
                           "Ascend-cann-nnal_9.1.0_linux-aarch64.run"}
     assert all({"name": "ascend-images:test-double", "value": "cann"} in f["properties"] for f in files.values())
 
-    # provenance: the subject, the chain's content keys as the engine's images carry them, no credential anywhere
+    # provenance: the subject, the chain's stages by their digests as the engine has them, no credential anywhere
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
     # in-toto's own bindings parse both strictly: a misspelt or unknown field is refused
@@ -98,8 +98,10 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
               if d["name"].startswith("stage:")]
     assert [d["name"] for d in stages] == ["stage:torch", "stage:cann", "stage:cann-install", "stage:base"]
     for stage in stages:
-        labels = docker_client.api.inspect_image(stage["uri"])["Config"]["Labels"]
-        assert stage["annotations"]["content-key"] == labels["io.ascend-images.content-key"]
+        image = docker_client.api.inspect_image(stage["uri"])
+        assert f"sha256:{stage['digest']['sha256']}" == image["Id"], stage["uri"]
+        assert stage["annotations"]["created"] == image["Config"]["Labels"]["org.opencontainers.image.created"]
+    assert stages[0]["digest"]["sha256"] == digest.removeprefix("sha256:")  # the top stage is the image published
     assert build_secrets["marker"] not in sbom_text + provenance_text  # the build's CA bundle and netrc markers
 
     # read back by the task from the registry: a test double, so verify fails and says so
@@ -116,7 +118,7 @@ def test_publish_attaches_sbom_and_provenance_that_oras_reads_back(docker_client
     assert len(oras_documents(registry.host, repo, digest)) == 2
 
 
-def test_verify_names_a_replaced_package(docker_client, ci_builds, tmp_path):
+def test_verify_names_a_replaced_package(docker_client, ci_build, tmp_path):
     """CI's SGLang image with one locked package's installed version changed (six 1.17.0, as its lock pins it, made
     to say 1.16.0): verify names that package, and on the image as built it names no package."""
     (image,) = [t for t in ci_image_tags() if "/sglang:" in t]

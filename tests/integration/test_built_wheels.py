@@ -88,7 +88,7 @@ def compile_once_line(sha256: str) -> tuple[str, str]:
     return match.group(1).replace(sdist, sha256).replace(arctic["key"], key).replace("\\\n", " "), key
 
 
-def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_builds, tmp_path):
+def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_build, tmp_path):
     base = f"{TEST_NAMESPACE}/base:debian12-py3.11-{TEST_DOCKER_ARCH}"
     sdist = probe_sdist()
     sha256 = hashlib.sha256(sdist).hexdigest()

@@ -10,7 +10,7 @@ import pytest
 from ascend_images.cli.options import Selection
 from ascend_images.cli.release import publish_selection, verify_image
 from ascend_images.release.publish import PublishError
-from ascend_images.release.registry import DOCKER_LIST, RegistryClient, RegistryError
+from ascend_images.release.registry import OCI_INDEX, RegistryClient, RegistryError
 from tests.conftest import ROOT, TEST_ARCH, TEST_DOCKER_ARCH, TEST_NAMESPACE
 from tests.fixtures.buildkit import build_image
 
@@ -27,7 +27,7 @@ def publish(registry, lines, **kwargs):
                        report_path=registry.root / "report.json", **kwargs)
 
 
-def test_test_double_images_are_refused(docker_client, ci_builds, registry):
+def test_test_double_images_are_refused(docker_client, ci_build, registry):
     lines: list[str] = []
     refused = r"(?s)refusing to publish images built from test doubles.*test double: cann"
     with pytest.raises(PublishError, match=refused):
@@ -36,7 +36,7 @@ def test_test_double_images_are_refused(docker_client, ci_builds, registry):
 
 
 def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_them(
-        docker_client, ci_builds, fake_cann_dir, registry, tmp_path):
+        docker_client, ci_build, fake_cann_dir, registry, tmp_path):
     """An image whose CANN packages were trusted on first use on the build host (no pin in the committed pins.yaml)
     is not published; the same image is, once pins.yaml pins each package to the sha256 it was built from. The image
     is CI's A3 training base relabelled as built from real packages (the test-double label emptied)."""
@@ -93,7 +93,7 @@ def test_an_image_built_from_unpinned_downloads_is_refused_until_pins_yaml_pins_
         remove_tags(docker_client, f"{namespace}/")
 
 
-def test_publish_pull_back_republish_and_immutable_tags(docker_client, ci_builds, registry):
+def test_publish_pull_back_republish_and_immutable_tags(docker_client, ci_build, registry):
     """Published, then pulled back with the same digests; published again: a no-op; another image pushed under a
     tag: refused without --force, replaced with it. One registry for all, since each push of the two images costs a
     minute on this machine."""
@@ -110,8 +110,16 @@ def test_publish_pull_back_republish_and_immutable_tags(docker_client, ci_builds
         assert pulled.id == local_id
         assert f"{ref.rsplit(':', 1)[0]}@{digest}" in pulled.attrs["RepoDigests"]
         lst = client.manifest(repo, tag.removesuffix("-arm64").removesuffix("-amd64"))
-        assert lst.media_type == DOCKER_LIST
+        assert lst.media_type == OCI_INDEX
         assert [m["digest"] for m in lst.body["manifests"]] == [digest]
+        # the base as this registry names it, written out by hand: the CANN stage of the same device and release,
+        # under the namespace published to (the image itself names none), and that stage's digest here
+        device = tag.split("-a", 1)[1][0]
+        base = f"{registry.namespace}/cann:9.1.0-a{device}-debian12-py3.11-{TEST_DOCKER_ARCH}"
+        annotations = lst.body["manifests"][0]["annotations"]
+        assert annotations["org.opencontainers.image.base.name"] == base, annotations
+        local_base = docker_client.images.get(f"{TEST_NAMESPACE}/{base.rsplit('/', 1)[1]}").id
+        assert annotations["org.opencontainers.image.base.digest"] == local_base
         assert lst.body["manifests"][0]["platform"]["architecture"] == docker_client.images.get(ref).attrs[
             "Architecture"]
     aliases = {ref: d for ref, d in report["tags"].items() if ":latest-" in ref}
@@ -142,7 +150,7 @@ def test_publish_pull_back_republish_and_immutable_tags(docker_client, ci_builds
     assert a3_ref in fixed["tags"]
 
 
-def test_registry_down_mid_publish_then_rerun_finishes(docker_client, ci_builds, registry):
+def test_registry_down_mid_publish_then_rerun_finishes(docker_client, ci_build, registry):
     lines: list[str] = []
     stopped = []
 
@@ -165,7 +173,7 @@ def test_registry_down_mid_publish_then_rerun_finishes(docker_client, ci_builds,
     assert stopped[0] in report["skipped"]  # what was complete before the fault is not pushed again
 
 
-def test_dry_run_pushes_nothing(docker_client, ci_builds, registry):
+def test_dry_run_pushes_nothing(docker_client, ci_build, registry):
     lines: list[str] = []
     publish(registry, lines, dry_run=True)
     assert any("would push" in line for line in lines)
@@ -173,7 +181,7 @@ def test_dry_run_pushes_nothing(docker_client, ci_builds, registry):
 
 
 # --- a registry that wants credentials ------------------------------------------------------------------
-def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_builds, auth_registry, monkeypatch):
+def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_build, auth_registry, monkeypatch):
     """Per-arch pushes through the engine and lists through the registry API both authenticate; wrong or no
     credentials stop before anything is pushed, with a message that says what to do. The lists are written as CI's
     merge job writes them: where no engine answers, from what the per-arch step pushed."""
@@ -206,13 +214,16 @@ def test_publish_to_a_registry_that_requires_authentication(docker_client, ci_bu
     for ref in lists:
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
         listed = client.manifest(repo, tag)
-        assert listed is not None and listed.media_type == DOCKER_LIST
+        assert listed is not None and listed.media_type == OCI_INDEX
+        # written without an engine: the base's name from the image's labels as the registry holds them
+        assert listed.body["manifests"][0]["annotations"]["org.opencontainers.image.base.name"].startswith(
+            f"{auth_registry.namespace}/cann:")
         assert [m["platform"]["architecture"] for m in listed.body["manifests"]] == ["arm64"]
         # the very digests the per-arch job pushed
         assert [m["digest"] for m in listed.body["manifests"]] == [per_arch["tags"][f"{ref}-arm64"]]
 
 
-def test_zstd_layers_are_the_same_image_smaller_and_pulled_back(docker_client, ci_builds, registry):
+def test_zstd_layers_are_the_same_image_smaller_and_pulled_back(docker_client, ci_build, registry):
     """`--compression zstd`: the A3 image pushed with zstd layers (BuildKit's force-compression of a build FROM the
     image alone): the registry holds zstd layers under the very config the local image has (its layers' diff-ids and
     labels); the SBOM says so in its annotations; pulled back into the engine it is that image, and it runs; and a

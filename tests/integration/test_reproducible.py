@@ -3,8 +3,8 @@ SGLang: the cheapest backend stage) built again with `--no-cache` on a second, e
 has only the OS images, loaded from this host's) has the digest of every stage the host's engine built. Where a
 digest differs, the failure shows diffoscope's summary of the layers that differ.
 
-The proof is kept on this host, named by what decides it: a later run whose stages have the same content keys, on the
-same engine, with the same rebuild code, checks the host's digests against it instead of building the chain again.
+The proof is kept on this host, named by what decides it: a later run whose stages are the same images (their
+digests), on the same engine, with the same rebuild code, does not build the chain again.
 
 And the check itself, on a purpose-broken input: a step that writes the time into a file gives two images with one
 differing layer, and diffoscope names the file."""
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ascend_images.release.reproduce import ImageOn, compare
-from tests.conftest import CI_SELECTIONS, IN_CI, ROOT, TEST_DOCKER_ARCH
+from tests.conftest import IN_CI, ROOT, TEST_DOCKER_ARCH
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 CLAMP = ROOT / "images/common/rootfs/usr/local/libexec/ascend-images/clamp-mtimes"
@@ -126,60 +126,63 @@ def test_a_date_written_into_a_file_is_caught_and_diffoscope_names_it(tmp_path):
         remove(a, b)
 
 
-# What decides a proof's outcome beside the chain's content keys (which cover the build definition and its inputs):
-# the engine and buildx that build, and the code of `invoke rebuild` and of this check
-PROOF_CODE = ("tasks.py", "src/ascend_images/cli", "src/ascend_images/release/reproduce.py",
-              "src/ascend_images/checkout.py", "tests/integration/test_reproducible.py")
+# What decides a proof's outcome beside the images themselves (their digests: the same digest, the same bytes): the
+# engine and buildx that build, and the code `invoke rebuild` runs (its task and compare, and the build it starts)
+REBUILD_MODULES = ("ascend_images.cli.rebuild", "ascend_images.release.reproduce",
+                   "ascend_images.builder.scratch_engine", "ascend_images.cli.build", "ascend_images.builder.build",
+                   "ascend_images.builder.builders", "ascend_images.cli.inputs")
+PROOF_CODE = ("tasks.py", "tests/integration/test_reproducible.py")
 
 
-def proof_record(docker_client, tags: list[str]) -> Path:
-    """Where a proof of these stages is kept on this host (~/.cache/ascend-images/test/reproduced, like the tests'
-    registries): named by what decides its outcome."""
+def rebuild_code() -> list[Path]:
+    """The files of every module of ours `invoke rebuild` imports, as a fresh interpreter loads them."""
+    code = f"import importlib, sys\nfor m in {REBUILD_MODULES!r}: importlib.import_module(m)\n" \
+           "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() " \
+           "if n.startswith('ascend_images') and getattr(m, '__file__', None))))"
+    listed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).stdout
+    return [Path(line) for line in listed.split()] + [ROOT / path for path in PROOF_CODE]
+
+
+def proof_record(docker_client, digests: dict[str, str]) -> Path:
+    """Where a proof of these images is kept on this host (~/.cache/ascend-images/test/reproduced, like the tests'
+    registries): named by what decides its outcome, and nothing else."""
     from ascend_images.inputs.download import host_cache
-    from ascend_images.stages.names import CONTENT_KEY_LABEL
 
     digest = hashlib.sha256()
-    for tag in tags:
-        digest.update(f"{tag} {docker_client.images.get(tag).labels[CONTENT_KEY_LABEL]}\n".encode())
+    for tag, image in sorted(digests.items()):
+        digest.update(f"{tag.split('/', 1)[-1]} {image}\n".encode())
     buildx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, check=True).stdout
     digest.update(f"{docker_client.version()['Version']} {buildx}".encode())
-    for top in PROOF_CODE:
-        path = ROOT / top
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            digest.update(file.relative_to(ROOT).as_posix().encode() + b"\0" + file.read_bytes())
+    for file in rebuild_code():
+        digest.update(file.relative_to(ROOT).as_posix().encode() + b"\0" + file.read_bytes())
     return host_cache("test") / "reproduced" / f"{digest.hexdigest()[:24]}.json"
 
 
-def test_every_stage_of_a_chain_is_the_same_on_a_second_empty_engine(request, docker_client, ci_image_builder,
-                                                                     work_dir, fake_cann_dir, fake_artifacts_dir,
+def test_every_stage_of_a_chain_is_the_same_on_a_second_empty_engine(request, docker_client, ci_build, work_dir,
                                                                      build_secrets):
     """CI's SGLang image checked by `invoke rebuild` as a user checks a published image: its revision (a worktree of
     it; this tree itself when it has uncommitted changes to the definition) builds it again from nothing on the
-    second engine; every stage of the chain has the host's digest.
+    second engine; every stage of the chain has the host's digest, and the report names the image as it was given.
 
-    A proof is kept, named by what decides it (the stages' content keys, the engine and buildx versions, the code of
-    `invoke rebuild` and of this check). When one is kept for what this run has, the host's stages must have the
-    digests it proved (the same inputs, the same bytes), and nothing is built again: a warm run with nothing changed
-    proves nothing new by building the chain a second time (14 min under emulation). ASCEND_IMAGES_REPROVE=1 builds
-    it again anyway."""
+    A proof is kept, named by what decides it: the chain's digests (the images themselves), the engine and buildx
+    versions, and the code `invoke rebuild` imports. When one is kept for what this run has, nothing is built
+    again (14 min under emulation): the same images were rebuilt from nothing by the same code on the same engine.
+    ASCEND_IMAGES_REPROVE=1 builds it again anyway."""
     from ascend_images.checkout import definition_revision
+    from tests.fixtures.ci_images import INPUTS
 
-    index = next(i for i, s in enumerate(CI_SELECTIONS) if s.get("backend") == "sglang")
-    plan, _ = ci_image_builder(index)
-    (top,) = plan.tops.values()
+    top = next(t for t in ci_build.plan.tops.values() if t.kind == "sglang")
     chain = [stage.tag for stage in top.chain()]
     host_digests = {tag: docker_client.images.get(tag).id for tag in chain}
-    record = proof_record(docker_client, chain)
+    record = proof_record(docker_client, host_digests)
     if record.exists() and os.environ.get("ASCEND_IMAGES_REPROVE") != "1":
-        proven = json.loads(record.read_text())
-        assert proven["digests"] == host_digests, (
-            f"{record} proved other digests for the same content keys, engine and code ({proven['proven']}): the "
-            f"host built them again and got other bytes\nproven: {proven['digests']}\nhere:   {host_digests}")
-        return
+        return  # these very images were rebuilt from nothing by this code on this engine (its name says so)
     empty_engine = request.getfixturevalue("empty_engine")
     dirty = definition_revision().endswith("-dirty")
+    inputs = ROOT / INPUTS
     argv = [sys.executable, "-m", "invoke", "rebuild", top.tag, "--engine", empty_engine.host,
-            "--cann-dir", str(fake_cann_dir), "--artifacts-dir", str(fake_artifacts_dir),
+            "--cann-dir", str(inputs), "--artifacts-dir", str(inputs),
             "--ca-bundle", str(build_secrets["ca"]), "--work-dir", str(work_dir / "rebuild"),
             *(["--from-tree"] if dirty else [])]
     started = time.monotonic()

@@ -88,11 +88,11 @@ def test_invoke_run_manual_mode_streams_and_returns_the_exit_code(a3_image, tmp_
 
 
 @pytest.fixture
-def a3_cann_image(ci_builds) -> str:
+def a3_cann_image(ci_build, a3_image) -> str:
     """The CANN stage under `a3_image`: the same entrypoint, environment and labels, half the bytes (no torch) to
     copy into a second engine."""
-    return next(stage.tag for plan, _ in ci_builds for stage in plan.stages
-                if stage.kind == "cann" and "-a3-" in stage.tag)
+    return next(stage.tag for stage in ci_build.plan.stages if stage.kind == "cann" and "-a3-" in stage.tag
+                and stage.variant.release.cann in a3_image)
 
 
 @pytest.fixture
@@ -188,10 +188,10 @@ def test_invoke_run_detached_with_a_read_only_volume_and_a_restart_policy(docker
 def test_run_build_makes_just_the_overlay_a_whole_build_would(docker_client, a3_image, fake_cann_dir,
                                                                fake_artifacts_dir, build_secrets, work_dir, tmp_path):
     """`run -e K=V` runs the overlay image of K=V: refused while the engine lacks it (saying --build would make
-    it), made by --build over the image below (nothing else built), and the very stage `invoke build` of the same
-    selection makes: a whole build afterwards reuses it by its content key."""
+    it), made by --build over the image below (nothing else built), and the very image `invoke build` of the same
+    selection makes: a whole build afterwards runs no step, and gives the overlay the same digest."""
     from ascend_images.stages.names import TEST_DOUBLE_LABEL
-    from tests.conftest import TEST_ARCH, TEST_NAMESPACE, build_ci_selection
+    from tests.conftest import TEST_ARCH, TEST_NAMESPACE, build_selection_here
 
     probe = f"ASCEND_IMAGES_RUN_BUILD=x{uuid.uuid4().hex[:8]}"
     selection = {"device": "a3", "backend": "none", "release": "cann9.1.0-pt2.10.0"}
@@ -217,11 +217,12 @@ def test_run_build_makes_just_the_overlay_a_whole_build_would(docker_client, a3_
         assert "ASCEND_GLOBAL_LOG_LEVEL=3" in image.attrs["Config"]["Env"]
         assert not [e for e in image.attrs["Config"]["Env"] if e.startswith("LD_PRELOAD=")], image.attrs["Config"]
         assert image.labels.get(TEST_DOUBLE_LABEL)  # made from doubles below: never publishable either
-        plan, results = build_ci_selection({**selection, "env": [probe]}, fake_cann_dir, build_secrets, work_dir,
-                                           artifacts_dir=fake_artifacts_dir, jobs=1)
+        made = image.id
+        plan, results = build_selection_here({**selection, "env": [probe]}, fake_cann_dir, build_secrets,
+                                             work_dir / "overlay", artifacts_dir=fake_artifacts_dir)
         top = {r.tag: r for r in results}[plan.top(next(iter(plan.tops))).tag]
-        assert (top.tag, top.status) == (overlay, "reused")
-        assert all(r.status == "reused" for r in results)
+        assert (top.tag, top.status, top.image_id) == (overlay, "cached", made)
+        assert all(r.status == "cached" for r in results), [(r.tag, r.status) for r in results]
     finally:
         if overlay:
             docker_client.images.remove(overlay, force=True)

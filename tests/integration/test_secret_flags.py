@@ -5,9 +5,9 @@ may be in a rendered Dockerfile, a build log, the build's output, `docker histor
 configuration (labels, env) or their files (`docker save` of the chain, every layer read).
 
 x86_64 (native), torch 2.13.0's metadata-only double served by the private torch index (what is tested is where
-the credentials go, not torch: the real wheel would add a 900 MB layer to build, save and scan). Every stage is
-forced to build (a content key sees no credential, so the stages would otherwise be reused) under a namespace of
-its own, and removed afterwards."""
+the credentials go, not torch: the real wheel would add a 900 MB layer to build, save and scan). Every step runs
+(`--no-cache`: a cache key sees no credential, so BuildKit would otherwise take the steps from its cache) under a
+namespace of its own, removed afterwards."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
     # from nothing (BuildKit's cache too): each stage's steps must really go through the mirrors, whatever an
     # earlier build of the same steps left in the engine's cache
     plan, results = build_selection(sel, flags, inputs, lines.append, work_dir=build_dir, namespace=namespace,
-                                    force=True, no_cache=True)
+                                    no_cache=True)
     output = "\n".join(lines)
     assert [r.status for r in results] == ["built"] * len(plan.stages), output
     assert [s.kind for s in plan.stages] == ["base", "cann-install", "cann", "torch", "overlay"], output

@@ -11,57 +11,73 @@ import pytest
 
 from ascend_images.cli.cicosts import add_up, costs_table, record
 from ascend_images.errors import SelectionError
+from tests.fixtures.matrices import matrix_copy
 from tests.unit.helpers import ROOT
 
-NONE = ["ns/torch-npu:a2", "ns/torch-npu:a3"]
+A2 = "ns/torch-npu:2.10.0.post4-cann9.1.0-a2-debian12-py3.11-arm64"
+A3 = "ns/torch-npu:2.10.0.post4-cann9.1.0-a3-debian12-py3.11-arm64"
+VLLM = "ns/vllm-ascend:0.23.0-cann9.1.0-a3-debian12-py3.11-arm64"
+CANN_A3 = "ns/cann:9.1.0-a3-debian12-py3.11-arm64"
+
+
+@pytest.fixture
+def matrix(tmp_path):
+    """The matrix with a ci.test of two entries of the test's own: the training base of both devices, then A3's vLLM
+    over it."""
+    def two_entries(data: dict) -> None:
+        data["ci"]["test"] = [
+            {"device": "a2,a3", "backend": "none", "release": "cann9.1.0-pt2.10.0", "arches": ["aarch64"], "why": "x"},
+            {"device": "a3", "backend": "vllm", "release": "cann9.1.0-pt2.10.0", "arches": ["aarch64"], "why": "y"}]
+
+    return matrix_copy(tmp_path / "matrix", two_entries)
 
 
 def write_records(results):
-    gw0 = {"builds": [
-        {"selection": 0, "images": NONE, "stages": [
-            {"tag": "ns/base", "kind": "base", "status": "built", "seconds": 200.0},
-            {"tag": "ns/torch-npu:a2", "kind": "torch", "status": "built", "seconds": 60.0},
-            {"tag": "ns/torch-npu:a3", "kind": "torch", "status": "built", "seconds": 40.0}]},
-        {"selection": 1, "images": ["ns/vllm:x"], "stages": [
-            {"tag": "ns/base", "kind": "base", "status": "reused", "seconds": 0.5},
-            {"tag": "ns/vllm:x", "kind": "vllm", "status": "built", "seconds": 300.0}]}], "checks": {}}
-    # the other worker's image group built its own selection again: it waited on the claim and reused every stage
-    gw1 = {"builds": [{"selection": 1, "images": ["ns/vllm:x"], "stages": [
-        {"tag": "ns/vllm:x", "kind": "vllm", "status": "reused", "seconds": 250.0}]}], "checks": {}}
-    main = {"builds": [], "checks": {"image:ns/torch-npu:a2": 30.0, "image:ns/torch-npu:a3": 35.0,
-                                     "image:ns/vllm:x": 90.0, "tests.unit.test_x": 12.5}}
-    for worker, data in (("gw0", gw0), ("gw1", gw1), ("main", main)):
-        (results / worker).mkdir(parents=True)
-        (results / worker / "ci-costs.json").write_text(json.dumps(data))
+    """The bake's report (each stage once, parents first) and the session's checks, written out by hand: the base
+    and A3's CANN built for the first entry, which the second's vLLM stage is over."""
+    stage = lambda tag, status, seconds: {"tag": tag, "kind": "x", "status": status, "image_id": "", "seconds": seconds,  # noqa: E731
+                                          "log": None, "context": ""}
+    report = {"stages": [stage("ns/base:debian12-py3.11-arm64", "built", 200.0),
+                         stage("ns/cann-install:9.1.0-a2-debian12-py3.11-arm64", "cached", 1.0),
+                         stage("ns/cann:9.1.0-a2-debian12-py3.11-arm64", "cached", 1.0),
+                         stage(A2, "built", 60.0),
+                         stage("ns/cann-install:9.1.0-a3-debian12-py3.11-arm64", "built", 20.0),
+                         stage(CANN_A3, "built", 5.0), stage(A3, "built", 40.0), stage(VLLM, "built", 300.0)]}
+    checks = {"checks": {f"image:{A2.rsplit(':', 1)[1]}": 30.0, f"image:{A3.rsplit(':', 1)[1]}": 35.0,
+                         f"image:{VLLM.rsplit(':', 1)[1]}": 90.0, "tests/unit/test_x.py": 12.5}}
+    for where, data in (("ci/build-report.json", report), ("main/ci-costs.json", checks)):
+        (results / where).parent.mkdir(parents=True, exist_ok=True)
+        (results / where).write_text(json.dumps(data))
 
 
-def test_each_selection_costs_what_was_first_built_for_it_and_its_checks(tmp_path):
+def test_each_entry_costs_what_was_first_built_for_it_and_its_checks(tmp_path, matrix):
     write_records(tmp_path)
-    assert add_up(tmp_path) == {
-        "rows": [{"selection": 0, "images": NONE, "build_s": 300.0, "checks_s": 65.0},
-                 {"selection": 1, "images": ["ns/vllm:x"], "build_s": 300.0, "checks_s": 90.0}],
+    assert add_up(tmp_path, matrix) == {
+        "rows": [{"selection": 0, "images": [A2, A3], "build_s": 325.0, "checks_s": 65.0},
+                 {"selection": 1, "images": [VLLM], "build_s": 300.0, "checks_s": 90.0}],
         "other_checks_s": 12.5}
 
 
-def test_the_table_shows_both_runs_and_the_budget(tmp_path):
+def test_the_table_shows_both_runs_and_the_budget(tmp_path, matrix):
     write_records(tmp_path)
-    record("cold", 2400, tmp_path, tmp_path / "ci-costs.json", lambda line: None)
-    record("warm", 700, tmp_path, tmp_path / "ci-costs.json", lambda line: None)
+    record("cold", 1800, tmp_path, tmp_path / "ci-costs.json", lambda line: None, matrix)
+    record("warm", 600, tmp_path, tmp_path / "ci-costs.json", lambda line: None, matrix)
     table = costs_table(tmp_path)
-    assert "| `torch-npu:a2`<br>`torch-npu:a3` | 5 min 00 s / 1 min 05 s | 5 min 00 s / 1 min 05 s |" in table
-    assert "- cold run: **40 min 00 s** of `.ci/run` (budget 40 min)" in table
-    assert "- warm run: **11 min 40 s** of `.ci/run` (budget 15 min)" in table
+    assert "| `torch-npu:2.10.0.post4-cann9.1.0-a2-debian12-py3.11-arm64`<br>" in table
+    assert "| 5 min 25 s / 1 min 05 s | 5 min 25 s / 1 min 05 s |" in table
+    assert "- cold run: **30 min 00 s** of `.ci/run` (budget 30 min)" in table
+    assert "- warm run: **10 min 00 s** of `.ci/run` (budget 10 min)" in table
 
 
 def test_no_records_is_said_and_a_wrong_run_refused(tmp_path):
-    with pytest.raises(SelectionError, match="no \\*/ci-costs.json"):
+    with pytest.raises(SelectionError, match="build-report.json: missing; run README's test command first"):
         add_up(tmp_path)
     result = subprocess.run([sys.executable, "-m", "invoke", "ci-costs", "--run", "tepid", "--seconds", "10",
                              "--results", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--run 'tepid': expected one of cold, warm" in result.stderr
 
 
-def test_a_run_is_recorded_with_the_commit_of_the_checkout_that_ran_it(tmp_path):
+def test_a_run_is_recorded_with_the_commit_of_the_checkout_that_ran_it(tmp_path, matrix):
     """CI's run is a fresh clone: its results are recorded here with the clone's commit, not this checkout's."""
     clone = tmp_path / "clone"
     clone.mkdir()
@@ -70,5 +86,6 @@ def test_a_run_is_recorded_with_the_commit_of_the_checkout_that_ran_it(tmp_path)
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "the run's commit"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     write_records(clone / "build" / "test")
-    record("warm", 700, clone / "build" / "test", tmp_path / "ci-costs.json", lambda line: None)
+    record("warm", 700, clone / "build" / "test", tmp_path / "ci-costs.json", lambda line: None,
+           matrix_copy(tmp_path / "m", lambda data: data["ci"].update(test=data["ci"]["test"][:1])))
     assert json.loads((tmp_path / "ci-costs.json").read_text())["warm"]["commit"] == head

@@ -95,7 +95,15 @@ def test_readme_opens_with_the_two_commands():
     block = text.split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [line for line in block.splitlines() if line and not line.startswith("#")]
     assert len(commands) == 2 and all(c.startswith("bash scripts/setup-host.sh && ") for c in commands), commands
-    assert commands[1] == "bash scripts/setup-host.sh && CI=true .venv/bin/python -m pytest -p no:cacheprovider -n 3"
+    # the second builds what CI tests as the test session builds it when it finds nothing (tests/fixtures/ci_images),
+    # then runs the tests
+    from tests.fixtures.ci_images import build_command, inputs_command
+
+    made, built, tested = commands[1].removeprefix("bash scripts/setup-host.sh && ").split(" && ")
+    assert made.split()[1:] == [a for a in inputs_command()[1:] if a not in ("--arch", "aarch64")]
+    assert built.split()[1:] == [a for a in build_command()[3:] if a not in ("--arch", "aarch64")]
+    assert built.startswith(".venv/bin/invoke build ") and made.startswith(".venv/bin/python ")
+    assert tested == "CI=true .venv/bin/python -m pytest -p no:cacheprovider -n 3"
 
 
 def nav_pages() -> list[str]:

@@ -242,11 +242,13 @@ def test_a_bakes_rawjson_is_told_apart_by_target_and_a_shared_step_logged_in_eac
               {"logs": [{"vertex": "sha256:u", "stream": 1, "data": shared, "timestamp": "t"}]},
               {"vertexes": [vertex("sha256:u", "[t1 installer 2/2] RUN install-uv", completed=True),
                             vertex("sha256:e", "[t1] exporting to image", completed=True)]},
+              {"vertexes": [vertex("sha256:u", "[t1-x installer 2/2] RUN install-uv", completed=True)]},
               {"vertexes": [vertex("sha256:l", "[internal] load local bake definitions", completed=True)]},
               "ERROR: target t1-x: failed to solve"]
     logs = {}
-    with StageProgress("[1/2 base]", tmp_path / "t1.log", lambda line: None) as one, \
-            StageProgress("[2/2 torch]", tmp_path / "t1-x.log", lambda line: None) as two, \
+    said: list[str] = []
+    with StageProgress("[1/2 base]", tmp_path / "t1.log", said.append) as one, \
+            StageProgress("[2/2 torch]", tmp_path / "t1-x.log", said.append) as two, \
             StageProgress("[bake]", tmp_path / "bake.log", lambda line: None) as log:
         demux = BakeProgress({"t1": one, "t1-x": two}, log)
         for event in events:
@@ -257,8 +259,13 @@ def test_a_bakes_rawjson_is_told_apart_by_target_and_a_shared_step_logged_in_eac
     assert logs["t1"] == ["#1 [internal] load build definition from Dockerfile", "#1 DONE 1.8s",
                           "#2 [installer 2/2] RUN install-uv", "#2 uv installed", "#2 DONE 1.8s",
                           "#3 exporting to image", "#3 DONE 1.8s"]
-    assert logs["t1-x"] == ["#1 [installer 2/2] RUN install-uv", "#1 uv installed"]
+    assert logs["t1-x"] == ["#1 [installer 2/2] RUN install-uv", "#1 uv installed", "#1 DONE 1.8s"]
     assert logs["bake"] == ["#1 [internal] load local bake definitions", "#1 DONE 1.8s",
                             "ERROR: target t1-x: failed to solve"]
     assert one.exported and not two.exported
+    # the shared step said once on stderr, by the first target that named it
+    assert [line.split(" step ")[0] for line in said if "install-uv" in line] == ["[1/2 base]"]
+    # t1-x is built over t1: the step it shares with it is t1's to count, once the build is over
+    assert (one.steps_run, two.steps_run) == (1, 1)
+    demux.finish({"t1": None, "t1-x": "t1"})
     assert (one.steps_run, two.steps_run) == (1, 0)

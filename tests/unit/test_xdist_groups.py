@@ -1,45 +1,28 @@
-"""The groups of tests/conftest.py reach xdist's scheduler: `--dist loadgroup` keeps a group on one worker only
-when the group is in the test's node id (`path::name@group`), which xdist's worker writes from the xdist_group
-marks in its own collection hook. When that hook ran before ours (no marks yet), every test went to whichever worker
-was free: two robustness tests built x86_64 chains at once, and one's cleanup removed layers the other's build was
-using."""
+"""The unit an xdist worker takes (tests/conftest.py scope_of, through xdist's own loadscope scheduler): a module
+whole, so its module fixtures (a stock Debian root, a registry) are made once; in tests/image, one image across every
+module there, whatever else a check is parametrized by, so its container is started once per worker. Node ids
+written out by hand."""
 
 from __future__ import annotations
 
-import pytest
+from tests.conftest import scope_of
 
-from tests.conftest import XDIST_WORKER
-
-
-def test_this_test_carries_its_modules_group(request):
-    if not XDIST_WORKER:
-        pytest.skip("not on an xdist worker: the groups only matter with -n (CI runs -n 3)")
-    assert request.node.nodeid.endswith("::test_this_test_carries_its_modules_group@tests.unit.test_xdist_groups"), \
-        request.node.nodeid
+IDS = ["2.10.0.post4-cann9.1.0-a3-debian12-py3.11-arm64",
+       "2.10.0.post4-cann9.1.0-a3-debian12-py3.11-arm64-debug-tcmalloc-env455b65e5",
+       "0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"]
 
 
-def groups_of(request, *modules: str) -> dict[str, str]:
-    """test node id (without its group) -> group, for the collected tests of `modules`."""
-    if not XDIST_WORKER:
-        pytest.skip("not on an xdist worker: the groups only matter with -n (CI runs -n 3)")
-    ids = [item.nodeid for item in request.session.items if item.nodeid.startswith(modules)]
-    if not ids:
-        pytest.skip("neither module was collected in this run")
-    return dict(nodeid.rsplit("@", 1) for nodeid in ids)
+def test_a_module_is_one_unit():
+    assert scope_of("tests/integration/test_setup_host.py::test_x", IDS) == "tests/integration/test_setup_host.py"
+    assert scope_of("tests/unit/test_run.py::test_y[a-b]", IDS) == "tests/unit/test_run.py"
 
 
-def test_the_modules_building_x86_64_chains_share_one_group(request):
-    found = groups_of(request, "tests/integration/test_robustness.py::", "tests/integration/test_wheelhouse_x86.py::")
-    groups = {test.split("::", 1)[1]: group for test, group in found.items()}
-    # the one test that needs the CI images (a registry that is not there) stays with the CI images' groups
-    assert groups.pop("test_unreachable_registry") == "tests.integration.test_robustness:ci"
-    assert set(groups.values()) == {"x86_64-chains"}, groups
-
-
-def test_the_modules_pushing_the_ci_images_share_one_group(request):
-    """Each worker has a registry of its own: on one worker, an image test_publish pushed is mounted by test_attest's
-    pushes, not compressed and uploaded again."""
-    groups = groups_of(request, "tests/integration/test_publish.py::", "tests/integration/test_attest.py::")
-    # those that push (they need the CI images) are in one group; the rest need no image and no registry
-    pushing = {test: group for test, group in groups.items() if group.endswith(":ci")}
-    assert pushing and set(pushing.values()) == {"registry-pushes:ci"}, groups
+def test_an_image_check_is_its_images_unit_whatever_its_other_parameters():
+    plain, overlay, sglang = IDS
+    assert scope_of(f"tests/image/test_image.py::test_labels[{plain}]", IDS) == f"image:{plain}"
+    assert scope_of(f"tests/image/test_cann_golden.py::test_env[{plain}]", IDS) == f"image:{plain}"
+    assert scope_of(f"tests/image/test_image.py::test_env[{overlay}-bash -lc]", IDS) == f"image:{overlay}"
+    assert scope_of(f"tests/image/test_image.py::test_env[exec-{sglang}]", IDS) == f"image:{sglang}"
+    # a check of no image (written out per name) is its module's
+    assert scope_of("tests/image/test_expected.py::test_env_and_labels_written_out_by_hand[x]", IDS) == \
+        "tests/image/test_expected.py"

@@ -220,7 +220,9 @@ class Builder:
             for progress in progresses.values():
                 stack.enter_context(progress)
             log = stack.enter_context(StageProgress("[bake]", self.log_dir / "bake.log", self.progress))
-            outcome = bake.run(command, BakeProgress(progresses, log))
+            demux = BakeProgress(progresses, log)
+            outcome = bake.run(command, demux)
+            demux.finish({target_name(s): target_name(s.parent) if s.parent else None for s in plan.stages})
             tail = log.tail()
         self._raise_for(plan, outcome, progresses, tail)
         return outcome, progresses
@@ -237,17 +239,17 @@ class Builder:
         if outcome.returncode == 0 and not unfinished:
             return
         failed = [(stage, progresses[target_name(stage)]) for stage in unfinished
-                  if progresses[target_name(stage)].error] or [(stage, progresses[target_name(stage)])
-                                                               for stage in unfinished[:1]]
+                  if progresses[target_name(stage)].own_error] or [(stage, progresses[target_name(stage)])
+                                                                   for stage in unfinished[:1]]
         parts = []
         for stage, progress in failed:
-            what = progress.error or (bake_tail.splitlines() or ["no error said"])[-1]
+            what = progress.own_error or (bake_tail.splitlines() or ["no error said"])[-1]
             if disk_full(f"{what}\n{progress.tail()}"):
                 what += " (the engine's disk is full: free space with `docker system prune`, then run again)"
             parts.append(f"{progress.label} {stage.tag} failed at step {progress.step or '?'} after "
                          f"{fmt_seconds(progress.seconds)}: {what}\n--- last lines of {progress.log_path} ---\n"
                          f"{progress.tail()}\n--- full log: {progress.log_path}")
-        if not any(progress.error for _, progress in failed):
+        if not any(progress.own_error for _, progress in failed):
             parts.append(f"--- last lines of the bake's log ---\n{bake_tail}")
         names = ", ".join(stage.tag for stage in unfinished)
         raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")

@@ -80,6 +80,10 @@ class _Vertex:
     name: str
     started: float | None = None
     done: bool = False
+    cached: bool = False
+    ran: bool = False
+    error: str = ""
+    began: float | None = None  # when this process saw it start (monotonic)
 
 
 @dataclass
@@ -95,11 +99,29 @@ class StageProgress:
     _log: TextIO | None = None
     _vertices: dict[str, _Vertex] = field(default_factory=dict)
     _statuses: set[str] = field(default_factory=set)
-    steps_run: int = 0  # Dockerfile steps BuildKit ran (not taken from its cache)
-    steps_cached: int = 0
     exported: bool = False  # the image was exported (named, or pushed): the stage is done
-    first_seen: float | None = None  # when its first step began (monotonic), and when its export ended
-    finished: float | None = None
+    finished: float | None = None  # when its export ended (monotonic)
+    # the vertices of the stages below it: a bake target's build holds its parents' steps too (the same digests
+    # as theirs), which are theirs to count (BakeProgress sets this once the build is over)
+    inherited: set[str] = field(default_factory=set)
+    loud: bool = True  # print step and heartbeat lines (off for a vertex another stage announces)
+
+    def _own(self) -> list[_Vertex]:
+        return [v for digest, v in self._vertices.items() if digest not in self.inherited]
+
+    @property
+    def steps_run(self) -> int:
+        """Its own Dockerfile steps BuildKit ran (not taken from its cache)."""
+        return sum(v.ran and _counted(v.name) for v in self._own())
+
+    @property
+    def steps_cached(self) -> int:
+        return sum(v.cached and _counted(v.name) for v in self._own())
+
+    @property
+    def own_error(self) -> str:
+        """The first error of a step of its own (a parent's failed step shows in its build too)."""
+        return next((f"{v.name}: {v.error}" for v in self._own() if v.error), "")
 
     def __enter__(self) -> StageProgress:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,8 +165,8 @@ class StageProgress:
         digest = vertex.get("digest", "")
         seen = self._vertices.get(digest)
         if seen is None:
-            seen = self._vertices[digest] = _Vertex(len(self._vertices) + 1, vertex.get("name", ""))
-            self.first_seen = self.first_seen or time.monotonic()
+            seen = self._vertices[digest] = _Vertex(len(self._vertices) + 1, vertex.get("name", ""),
+                                                    began=time.monotonic())
         started, completed = _time(vertex.get("started")), _time(vertex.get("completed"))
         if started is not None and seen.started is None:
             seen.started = started
@@ -155,23 +177,25 @@ class StageProgress:
         seen.done = True
         if vertex.get("error"):
             self.line(f"#{seen.number} ERROR: {vertex['error']}")
+            seen.error = vertex["error"]
             self.error = self.error or f"{seen.name}: {vertex['error']}"
         elif vertex.get("cached"):
             self.line(f"#{seen.number} CACHED")
-            self.steps_cached += _counted(seen.name)
+            seen.cached = True
         else:
             took = completed - (seen.started or completed) if completed is not None else 0.0
             self.line(f"#{seen.number} DONE {took:.1f}s")
-            self.steps_run += _counted(seen.name)
+            seen.ran = True
         if seen.name.startswith(EXPORTING) and not vertex.get("error"):
             self.exported, self.finished = True, time.monotonic()
 
     @property
     def seconds(self) -> float:
-        """From its first step to its export (or to now, for a stage that did not finish)."""
-        if self.first_seen is None:
+        """From when its first own step was seen to its export (or to now, for a stage that did not finish)."""
+        began = [v.began for v in self._own() if v.began is not None]
+        if not began:
             return 0.0
-        return (self.finished or time.monotonic()) - self.first_seen
+        return (self.finished or time.monotonic()) - min(began)
 
     def _status(self, status: dict[str, Any]) -> None:
         """A vertex's sub-task (exporting layers, unpacking, a transfer): logged once, when it completes, with its
@@ -191,7 +215,8 @@ class StageProgress:
         self.step = " ".join(filter(None, (match["stage"], f"{match['n']}/{match['m']}")))
         # the engine's log says no time: where a stage spent its minutes is read off these lines
         self.line(f"{LOG_MARK} {fmt_seconds(self.elapsed)}: step {self.step}")
-        self.out(f"{self.label} step {self.step} ({fmt_seconds(self.elapsed)}): {_short(match['what'])}")
+        if self.loud:
+            self.out(f"{self.label} step {self.step} ({fmt_seconds(self.elapsed)}): {_short(match['what'])}")
         self._last_print = time.monotonic()
 
     def _output(self, log: dict[str, Any]) -> None:
@@ -201,7 +226,7 @@ class StageProgress:
         for piece in text.splitlines():
             self.line(f"#{number} {piece}")
         now = time.monotonic()
-        if self.last_line and now - self._last_print >= HEARTBEAT_SECONDS:
+        if self.loud and self.last_line and now - self._last_print >= HEARTBEAT_SECONDS:
             self.out(f"{self.label} step {self.step or '?'} still running ({fmt_seconds(self.elapsed)}): "
                      f"{_short(self.last_line.split(' ', 1)[-1])}")
             self._last_print = now
@@ -226,14 +251,15 @@ def printer(stream: TextIO = sys.stdout) -> Callable[[str], None]:
 class BakeProgress:
     """One bake's rawjson, told apart by target: buildx names each vertex `[<target> ...]` (`[<target> packages 3/5]
     RUN ...`, `[<target> internal] load ...`, `[<target>] exporting to image`), and each target's StageProgress gets
-    its own vertices with the prefix taken off. A vertex two targets share (the native tool every stage builds) is
-    one digest under two names; its output and sub-tasks go to the log of each target that has it, once each.
+    its own vertices with the prefix taken off. A target's build holds its parents' steps too, and a step two
+    Dockerfiles share (the native tool every stage builds) is one digest under several targets' names: its output
+    goes to the log of each target that has it, once each, and only the first target to name it says so on stderr.
     Anything else buildx writes (its final `ERROR: ...`) goes to the bake's own log."""
 
     def __init__(self, stages: dict[str, StageProgress], log: StageProgress):
         self.stages = stages  # target -> its progress
         self.log = log
-        self._owners: dict[str, list[str]] = {}  # vertex digest -> the targets it belongs to
+        self._owners: dict[str, list[str]] = {}  # vertex digest -> the targets that named it, first first
         self._seen_logs: set[tuple] = set()
         # longest first: a target named like the start of another never takes the other's vertices
         self._names = sorted(stages, key=len, reverse=True)
@@ -245,6 +271,14 @@ class BakeProgress:
             if name.startswith(f"[{target}]"):
                 return target, name[len(target) + 2:].lstrip()
         return None, name
+
+    def _deliver(self, target: str, item: dict[str, Any], loud: bool) -> None:
+        stage = self.stages[target]
+        stage.loud = loud
+        try:
+            stage.event(item)
+        finally:
+            stage.loud = True
 
     def event(self, item: dict[str, Any] | str) -> None:
         if isinstance(item, str):
@@ -258,7 +292,7 @@ class BakeProgress:
             owners = self._owners.setdefault(vertex.get("digest", ""), [])
             if target not in owners:
                 owners.append(target)
-            self.stages[target].event({"vertexes": [{**vertex, "name": name}]})
+            self._deliver(target, {"vertexes": [{**vertex, "name": name}]}, owners[0] == target)
         for key in ("statuses", "logs", "warnings"):
             for entry in item.get(key) or []:
                 if key == "logs":
@@ -266,5 +300,17 @@ class BakeProgress:
                     if mark in self._seen_logs:
                         continue
                     self._seen_logs.add(mark)
-                for target in self._owners.get(entry.get("vertex", ""), []):
-                    self.stages[target].event({key: [entry]})
+                owners = self._owners.get(entry.get("vertex", ""), [])
+                for target in owners:
+                    self._deliver(target, {key: [entry]}, target == owners[0])
+
+    def finish(self, parents: dict[str, str | None]) -> None:
+        """Once the build is over: each target's steps that a target below it has too are that one's (`parents`:
+        target -> its parent's target, or None)."""
+        for target, stage in self.stages.items():
+            below: set[str] = set()
+            parent = parents.get(target)
+            while parent is not None:
+                below |= set(self.stages[parent]._vertices)
+                parent = parents.get(parent)
+            stage.inherited = below & set(stage._vertices)

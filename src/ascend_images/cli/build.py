@@ -402,8 +402,13 @@ def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
         plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace,
                                   stage_cache=stage_cache)
         images = [plan.top(v).tag for v in sel.variants()]
+    from ascend_images.builder.engine import connect
+    from ascend_images.release.imagemeta import present
+
+    client = connect()
     results = []
     for image in images:
+        present(client, image)  # pushed by a builder of its own: read from its registry
         out(f"testing {image}")
         results.append(run_image_suite(image, work_dir))
     out(f"\n{'image':90} {'passed':>6} {'failed':>6} {'skipped':>7}")

@@ -1,8 +1,9 @@
 """`invoke ci-costs`: what each CI image cost a run of README's test command, recorded in `ci-costs.json` for the
 generated table of docs/tests.md (issue: CI inside its budget; `invoke readme` writes it wherever its markers are).
-The test session writes, per process, the stages it built for each CI selection and the time of each image's checks
-(build/test/<worker>/ci-costs.json); this adds them up per CI image, cold (an empty engine) or warm (the engine
-holding the images), beside the run's wall time `.ci/run` printed."""
+The CI build's report (build/test/ci/build-report.json: each stage's status and time in the one bake) and the test
+session's record of each image's checks (build/test/main/ci-costs.json) are added up per entry of matrix.yaml's
+ci.test, cold (an empty engine) or warm (the engine and its BuildKit cache holding the images), beside the run's
+wall time `.ci/run` printed."""
 
 from __future__ import annotations
 
@@ -21,42 +22,43 @@ from ascend_images.errors import SelectionError
 
 Out = Callable[[str], None]
 RUNS = ("cold", "warm")
-BUDGET_MINUTES = {"cold": 40, "warm": 15}  # CI's budget for a run (issue 52; its hard limit is 90)
+BUDGET_MINUTES = {"cold": 30, "warm": 10}  # CI's budget for a run (issue 61; its hard limit is 90)
 
 
-def _checks(checks: dict[str, float], image: str) -> float:
-    """An image's checks: its xdist group `image:<tag>` (the tag with or without the test namespace)."""
-    short = image.split("/", 1)[-1]
-    return sum(s for group, s in checks.items() if group in (f"image:{image}", f"image:{short}"))
+def add_up(results: Path, matrix_path: Path | None = None) -> dict[str, Any]:
+    """Per entry of ci.test (in its order): its images, the seconds of the stages built in the bake first for it,
+    its checks; and the checks of every other test."""
+    from ascend_images.inputs.sources import CannSource
+    from ascend_images.matrix.model import load_matrix
+    from ascend_images.matrix.selection import ci_entries
+    from ascend_images.stages.plan import PlanOptions, make_plan
 
-
-def add_up(results: Path) -> dict[str, Any]:
-    """Per CI selection (in CI's order): its images, the seconds of the stages first built for it, its checks."""
-    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(results.glob("*/ci-costs.json"))]
-    if not records:
-        raise SelectionError(f"{results}: no */ci-costs.json; run README's test command first (they are written at "
-                             "the end of a pytest session)")
-    builds = sorted((b for r in records for b in r["builds"]), key=lambda b: b["selection"])
-    checks: dict[str, float] = {}
-    for record in records:
-        for group, seconds in record["checks"].items():
-            checks[group] = checks.get(group, 0.0) + seconds
+    report_path, checks_path = results / "ci" / "build-report.json", results / "main" / "ci-costs.json"
+    for path in (report_path, checks_path):
+        if not path.is_file():
+            raise SelectionError(f"{path}: missing; run README's test command first (its build writes the report, "
+                                 "its test session the checks)")
+    stages = {stage["tag"]: stage for stage in json.loads(report_path.read_text(encoding="utf-8"))["stages"]}
+    checks: dict[str, float] = json.loads(checks_path.read_text(encoding="utf-8"))["checks"]
+    namespace = next(iter(stages)).rsplit("/", 1)[0]
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}[next(iter(stages)).rsplit("-", 1)[-1]]
+    matrix = load_matrix(matrix_path or PROJECT_ROOT / "matrix.yaml")
     seen: set[str] = set()
-    rows: dict[int, dict[str, Any]] = {}
-    for build in builds:
-        row = rows.setdefault(build["selection"], {"selection": build["selection"], "images": build["images"],
-                                                   "build_s": 0.0, "checks_s": 0.0})
-        for stage in build["stages"]:
-            if stage["status"] == "built" and stage["tag"] not in seen:
-                seen.add(stage["tag"])
-                row["build_s"] += stage["seconds"]
-    for row in rows.values():
-        row["build_s"] = round(row["build_s"], 1)
-        row["checks_s"] = round(sum(_checks(checks, image) for image in row["images"]), 1)
-    imaged = {f"image:{i}" for row in rows.values() for i in row["images"]} | \
-             {f"image:{i.split('/', 1)[-1]}" for row in rows.values() for i in row["images"]}
-    other = round(sum(s for group, s in checks.items() if group not in imaged), 1)
-    return {"rows": [rows[k] for k in sorted(rows)], "other_checks_s": other}
+    rows = []
+    for index, variants in enumerate(ci_entries(matrix, "test", arch)):
+        plan = make_plan(variants, PlanOptions(CannSource("url", strict=False), namespace))
+        images = [plan.top(v).tag for v in variants]
+        built = 0.0
+        for stage in plan.stages:  # parents first: a stage shared with an entry before is that entry's
+            found = stages.get(stage.tag)
+            if found and stage.tag not in seen and found["status"] == "built":
+                built += found["seconds"]
+            seen.add(stage.tag)
+        units = {f"image:{image.rsplit(':', 1)[1]}" for image in images}
+        rows.append({"selection": index, "images": images, "build_s": round(built, 1),
+                     "checks_s": round(sum(s for unit, s in checks.items() if unit in units), 1)})
+    imaged = {f"image:{i.rsplit(':', 1)[1]}" for row in rows for i in row["images"]}
+    return {"rows": rows, "other_checks_s": round(sum(s for unit, s in checks.items() if unit not in imaged), 1)}
 
 
 @task(name="ci-costs", help={"run": "cold (the run started from an empty engine) or warm (the engine held the images)",
@@ -77,11 +79,11 @@ def checked_run(run: str) -> str:
     return run
 
 
-def record(run: str, wall: int, results: Path, path: Path, out: Out) -> dict[str, Any]:
+def record(run: str, wall: int, results: Path, path: Path, out: Out, matrix_path: Path | None = None) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     # the commit that ran: the checkout the results are in (another clone's, when CI's run is recorded here)
     data[run] = {"commit": revision(results) or revision(), "date": dt.date.today().isoformat(), "wall_s": wall,
-                 **add_up(results)}
+                 **add_up(results, matrix_path)}
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)

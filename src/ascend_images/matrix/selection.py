@@ -197,22 +197,20 @@ def parse_env_overrides(items: Iterable[str]) -> dict[str, str]:
 CI_SETS = ("publish", "test")
 
 
-def ci_variants(matrix: Matrix, which: str, arch: str | None = None) -> list[Variant]:
-    """The variants of matrix.yaml's `ci.<which>`: what CI publishes, or what it builds from the test doubles and
-    tests; `arch` instead of each entry's arches. Each variant once, in the entries' order."""
+def ci_entries(matrix: Matrix, which: str, arch: str | None = None) -> list[list[Variant]]:
+    """The variants of each entry of matrix.yaml's `ci.<which>`, in its order: what CI publishes, or what it builds
+    from the test doubles and tests; `arch` instead of each entry's arches."""
     if which not in CI_SETS:
         raise SelectionError(f"--ci {which!r}: valid: {', '.join(CI_SETS)} (matrix.yaml ci.publish, ci.test)")
-    spec = matrix.spec
-    out: dict[Variant, Variant] = {}  # a variant is its name and its overlay (profile, --env, allocator)
     if which == "publish":
-        for entry in spec.ci.publish:
-            for v in select(matrix, device=entry.device, backend=entry.backend, release=entry.release, os=entry.os,
-                            arch=arch or entry.arches, framework=entry.framework):
-                out.setdefault(v, v)
-        return list(out)
-    for entry in spec.ci.test:
-        for v in select(matrix, device=entry.device, backend=entry.backend, release=entry.release,
-                        arch=arch or entry.arches, profile=entry.profile, env=parse_env_overrides(entry.env),
-                        allocator=entry.allocator, framework=entry.framework):
-            out.setdefault(v, v)
-    return list(out)
+        return [select(matrix, device=entry.device, backend=entry.backend, release=entry.release, os=entry.os,
+                       arch=arch or entry.arches, framework=entry.framework) for entry in matrix.spec.ci.publish]
+    return [select(matrix, device=entry.device, backend=entry.backend, release=entry.release,
+                   arch=arch or entry.arches, profile=entry.profile, env=parse_env_overrides(entry.env),
+                   allocator=entry.allocator, framework=entry.framework) for entry in matrix.spec.ci.test]
+
+
+def ci_variants(matrix: Matrix, which: str, arch: str | None = None) -> list[Variant]:
+    """Every variant of `ci.<which>` once (a variant is its name and its overlay: profile, --env, allocator), in the
+    entries' order."""
+    return list(dict.fromkeys(v for entry in ci_entries(matrix, which, arch) for v in entry))

@@ -32,11 +32,27 @@ def variant_from_labels(matrix: Matrix, labels: dict[str, str], ref: str = "imag
     return variant
 
 
+def present(client, ref: str):
+    """The image `ref`, pulled into the engine when it has it not: an image a builder of its own pushed to a registry
+    (`invoke build --push`) is read from there."""
+    import docker
+
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        first = ref.split("/", 1)[0]
+        if "/" not in ref or not ("." in first or ":" in first or first == "localhost"):
+            raise  # a local name: nowhere to pull it from
+    repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
+    client.images.pull(repo, tag=tag)
+    return client.images.get(ref)
+
+
 def image_facts(client, ref: str) -> dict:
     """Labels, the in-image manifest of installed versions and the env table, read from the image."""
     import json
 
-    image = client.images.get(ref)
+    image = present(client, ref)
     out = client.containers.run(ref, ["cat", "/etc/ascend-images/manifest.json", "/etc/ascend-images/env.json"],
                                 entrypoint=[], remove=True).decode()
     decoder = json.JSONDecoder()
