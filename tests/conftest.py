@@ -82,6 +82,14 @@ def _image_ids() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
+def normal_voice():
+    """Each test starts at the console's normal level, whatever an in-process command before it set (`-q`)."""
+    from ascend_images import console
+
+    console.configure()
+
+
+@pytest.fixture(autouse=True)
 def own_state_dir(tmp_path_factory, monkeypatch) -> Path:
     """Each test's own state directory (the trust record lives there): a test never reads or writes this host's."""
     state = tmp_path_factory.mktemp("state")

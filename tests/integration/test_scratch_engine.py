@@ -25,7 +25,9 @@ def links() -> set[str]:
 
 
 def lasting(names: set[str]) -> set[str]:
-    return {n for n in names if not n.startswith("veth")}
+    """The host's own interfaces: not a veth of some container, nor the bridge of another test's scratch engine (on
+    another worker, stopped meanwhile)."""
+    return {n for n in names if not n.startswith(("veth", "ais"))}
 
 
 def processes_mentioning(text: str) -> list[str]:

@@ -39,8 +39,9 @@ class BakeCommand:
     no_cache: bool = False
 
     def argv(self) -> list[str]:
-        argv = ["docker", "buildx", "bake", "--progress", "rawjson", "--metadata-file", str(self.metadata)]
-        if self.builder:
+        argv = ["docker", *(["--context", self.context] if self.context else []), "buildx", "bake",
+                "--progress", "rawjson", "--metadata-file", str(self.metadata)]
+        if self.builder and not self.context:
             argv += ["--builder", self.builder]
         for path in self.files:
             argv += ["-f", str(path)]
@@ -117,6 +118,8 @@ def run(command: BakeCommand, progress: BakeProgress) -> BakeOutcome:
     progress.log.line(" ".join(argv))
     # our own provenance and SBOM are attached at publish time (release/); buildx's would make each image an index
     env = {**os.environ, **command.variables, "BUILDX_NO_DEFAULT_ATTESTATIONS": "1"}
+    if command.context:  # the context names the engine: DOCKER_HOST would override it
+        env.pop("DOCKER_HOST", None)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                    process_group=0, preexec_fn=_die_with_parent)

@@ -210,9 +210,10 @@ class Builder:
         progresses = {target_name(stage): StageProgress(f"[{i}/{total} {stage.kind}]",
                                                         self.log_dir / f"{i:02d}-{stage.slug}.log", self.progress)
                       for i, stage in enumerate(plan.stages, 1)}
+        builder = self.settings.builder
         command = bake.BakeCommand((definition, extra), tuple(progresses), self.variables(plan, definition.parent),
-                                   metadata, self.settings.builder.name if self.settings.builder else None,
-                                   self.settings.nocache)
+                                   metadata, builder.name if builder else None, self.settings.nocache,
+                                   builder.context if builder else None)
         self.out(f"building {total} stage(s) with one bake on "
                  f"{self.settings.builder.describe() if self.settings.builder else 'the current builder'} "
                  f"(logs {self.log_dir})")

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from ascend_images.builder.endpoint import ContextError, resolve
+from ascend_images.builder.endpoint import DEFAULT_CONTEXT, DEFAULT_HOST, ContextError, resolve
 from ascend_images.errors import SelectionError, Unreachable
 
 MIN_BUILDX = (0, 13)
@@ -42,6 +42,14 @@ class BuildxBuilder:
 
     def describe(self) -> str:
         return f"builder {self.name!r} (driver {self.driver}, endpoint {self.endpoint})"
+
+    @property
+    def context(self) -> str | None:
+        """The docker context a `docker` driver builder of another context is: buildx builds on such a builder only
+        from that context (`docker --context NAME buildx ...`), never by `--builder NAME` from another one."""
+        if self.driver == "docker" and self.endpoint not in (DEFAULT_CONTEXT, "") and "://" not in self.endpoint:
+            return self.endpoint
+        return None
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -114,9 +122,12 @@ def find_builder(name: str | None) -> BuildxBuilder:
 
 
 def engine_of(endpoint: str) -> str:
-    """The address of a docker driver's endpoint: a context's host, or the address itself."""
+    """The address of a docker driver's endpoint: a context's host, or the address itself. The `default` context is
+    what DOCKER_HOST names, else the default socket (the docker CLI's own rule)."""
     if "://" in endpoint:
         return endpoint
+    if endpoint == DEFAULT_CONTEXT:
+        return os.environ.get("DOCKER_HOST") or DEFAULT_HOST
     try:
         return resolve({**os.environ, "DOCKER_HOST": "", "DOCKER_CONTEXT": endpoint}).host
     except ContextError:

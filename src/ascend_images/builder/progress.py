@@ -265,6 +265,8 @@ class BakeProgress:
         self._names = sorted(stages, key=len, reverse=True)
 
     def _target(self, name: str) -> tuple[str | None, str]:
+        if len(self._names) == 1:  # buildx names the target only when a bake builds several
+            return self._names[0], name
         for target in self._names:
             if name.startswith(f"[{target} "):
                 return target, "[" + name[len(target) + 2:]

@@ -54,8 +54,11 @@ def load_yaml_text(text: str, name: str) -> Any:
         # yaml's own text names "<unicode string>"; the mark's line and column (0-based) name the place in the file
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}:{mark.column + 1}: " if mark else f"{name}: "
-        problem = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)])) or str(exc)
-        raise YamlFileError(f"{where}not valid YAML: {problem}") from None
+        problem = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)]))
+        if not problem and isinstance(exc, yaml.reader.ReaderError):  # a character YAML refuses: no mark, an offset
+            problem = f"{exc.reason} (character #x{exc.character:04x} at offset {exc.position})"
+        # one line, whatever yaml says (its own text spans lines and names "<unicode string>")
+        raise YamlFileError(f"{where}not valid YAML: {' '.join((problem or str(exc)).split())}") from None
 
 
 def load_yaml_file(path: Path) -> Any:
