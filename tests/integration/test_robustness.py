@@ -122,43 +122,44 @@ def _interrupt(x86_inputs, namespace, log: Path, sig: int, engine: str) -> tuple
 
 
 def torch_stages_installing(proc: subprocess.Popen, log: Path, count: int) -> list[str]:
-    """Wait until `count` torch stages of the build writing `log` install their packages; their tags. The stages'
-    logs are in the directory the build names when it starts, one per stage (`NN-<stage>.log`)."""
+    """Wait until the `count` torch stages of the build writing `log` are the only ones left and a step of theirs runs
+    (their CANN images exported, a step running on the engine), so that a signal lands inside them; their tags. A
+    stage's log holds its parents' steps too, so what says where the build is are the parents' exports."""
     deadline = time.monotonic() + 900
-    logs: list[Path] = []
-    while time.monotonic() < deadline and proc.poll() is None and len(logs) < count:
+    while time.monotonic() < deadline and proc.poll() is None:
         found = re.search(r"building \d+ stage\(s\) with one bake on .* \(logs (\S+)\)", log.read_text())
-        logs = sorted(Path(found.group(1)).glob("*-torch-npu--*.log")) if found else []
-        time.sleep(1)
-    assert len(logs) == count, log.read_text()
-    inside_the_install(logs)
+        canns = sorted(Path(found.group(1)).glob("*-cann--*.log")) if found else []
+        exported = [p for p in canns if re.search(r"^#(\d+) exporting to image$.*^#\1 DONE", p.read_text(),
+                                                  re.S | re.M)]
+        if len(exported) == count and steps_running() >= 1:
+            time.sleep(2)
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError(f"no {count} torch stage(s) got to building:\n{log.read_text()[-3000:]}")
     plan = re.findall(r"^  torch +(\S+)  <- ", log.read_text(), re.M)
     assert len(plan) == count, log.read_text()
     return plan
 
 
-def inside_the_install(stage_logs: list[Path], timeout: float = 300) -> None:
-    """Wait until each torch stage's native stage installs its packages (the 900 MB torch tree: the stage's longest
-    step), then a moment more: a signal now lands inside it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(p.is_file() and "install-packages: " not in p.read_text() and
-               re.search(r"\[packages \d+/\d+\] RUN .*install-packages", p.read_text()) for p in stage_logs):
-            time.sleep(3)
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no stage got to installing its packages: {stage_logs}")
+ENGINE: list = []  # the engine the interrupt test builds on
 
 
-def _nothing_of_the_build_left(timeout: float = 60) -> bool:
-    """BuildKit stops a cancelled build's running step, and no buildx outlives the build that ran it: no
-    install-packages process of it is left (its steps run in BuildKit's own containers, which `docker ps` does not
-    list), and no `docker buildx bake`."""
+def steps_running() -> int:
+    """The steps its BuildKit runs now: each has a directory of its own under <data root>/buildkit/executor while it
+    runs (its containers are BuildKit's own, which `docker ps` does not list)."""
+    executor = ENGINE[0].data_root / "buildkit" / "executor"
+    return sum(1 for entry in executor.iterdir() if entry.is_dir()) if executor.is_dir() else 0
+
+
+def _nothing_of_the_build_left(work: Path, timeout: float = 60) -> bool:
+    """BuildKit stops a cancelled build's running step, and no buildx outlives the build that ran it: no step runs on
+    the engine, and no `docker buildx bake` of this work directory's is left."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = [pattern for pattern in ("install-packages /usr/local/python", "buildx bake")
-                if subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0]
-        if not left:
+        bakes = subprocess.run(["pgrep", "-f", f"buildx bake --progress rawjson --metadata-file {work}"],
+                               capture_output=True).returncode == 0
+        if not steps_running() and not bakes:
             return True
         time.sleep(2)
     return False
@@ -175,6 +176,8 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_takes_what_finished(ow
     One test, so the real 900 MB torch stage is built to the end once per device (the base is shared with every
     namespace, the rest is this test's own), on an engine of its own."""
     engine = own_engine.client()
+    ENGINE[:] = [own_engine]
+    work = x86_torch_inputs["work_dir"].absolute()
     code, out, tag = _interrupt(x86_torch_inputs, namespace, tmp_path / "ctrl-c.log", signal.SIGINT,
                                own_engine.host)
     assert code == 130, out
@@ -186,7 +189,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_takes_what_finished(ow
     finished = int(re.search(r"the (\d+) finished are kept", said[0]).group(1))
     planned = re.findall(r"^  \S+ +(\S+)  <- ", out, re.M)
     assert len([t for t in planned if engine.images.list(name=t)]) == finished < len(planned), out
-    assert _nothing_of_the_build_left()
+    assert _nothing_of_the_build_left(work)
 
     log = tmp_path / "both.log"
     proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3"), log.open("w"), own_engine.host)
@@ -201,7 +204,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_takes_what_finished(ow
     assert "Traceback" not in out
     for t in torch:
         assert not engine.images.list(name=t), f"{t} was tagged"
-    assert _nothing_of_the_build_left()
+    assert _nothing_of_the_build_left(work)
 
     log = tmp_path / "kill-9.log"
     proc = start(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3"), log.open("w"), own_engine.host)
@@ -210,7 +213,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_takes_what_finished(ow
     assert proc.wait(timeout=120) == -signal.SIGKILL
     for t in torch:
         assert not engine.images.list(name=t), f"{t} was tagged"
-    assert _nothing_of_the_build_left()
+    assert _nothing_of_the_build_left(work)
 
     rerun = subprocess.run(build_args(**x86_torch_inputs, namespace=namespace, device="a2,a3"), cwd=ROOT,
                            capture_output=True, text=True, timeout=1800,

@@ -221,8 +221,12 @@ def test_run_build_makes_just_the_overlay_a_whole_build_would(docker_client, a3_
         plan, results = build_selection_here({**selection, "env": [probe]}, fake_cann_dir, build_secrets,
                                              work_dir / "overlay", artifacts_dir=fake_artifacts_dir)
         top = {r.tag: r for r in results}[plan.top(next(iter(plan.tops))).tag]
-        assert (top.tag, top.status, top.image_id) == (overlay, "cached", made)
-        assert all(r.status == "cached" for r in results), [(r.tag, r.status) for r in results]
+        # the same image, digest for digest (its steps over a parent given as a target are another cache key than
+        # over the same parent given as an image: BuildKit may run them again, to the same bytes), over the very
+        # image below that `run --build` found here
+        assert (top.tag, top.image_id) == (overlay, made)
+        below_id = docker_client.images.get(a3_image).id
+        assert {r.tag: r.image_id for r in results}[a3_image] == below_id
     finally:
         if overlay:
             docker_client.images.remove(overlay, force=True)

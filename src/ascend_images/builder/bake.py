@@ -37,6 +37,7 @@ class BakeCommand:
     metadata: Path  # where buildx writes what each target made
     builder: str | None = None  # None: buildx's choice (BUILDX_BUILDER, else the current one)
     no_cache: bool = False
+    context: str | None = None  # the docker context to build from (a `docker` driver builder of another context)
 
     def argv(self) -> list[str]:
         argv = ["docker", *(["--context", self.context] if self.context else []), "buildx", "bake",

@@ -82,6 +82,19 @@ class StageResult:
     context: str
 
 
+def _first_failure(plan: BuildPlan, progresses: dict[str, StageProgress]) -> tuple[Stage, StageProgress, str,
+                                                                                  str] | None:
+    """The step that failed, and the stage it is of: a step that failed for a reason of its own (the steps a failure
+    elsewhere stopped say only "context canceled"), under the first stage (parents first) whose build holds it."""
+    found = [(digest, step, error) for stage in plan.stages
+             for digest, step, error in progresses[target_name(stage)].failed_steps()]
+    if not found:
+        return None
+    digest, step, error = next((f for f in found if "context canceled" not in f[2]), found[0])
+    stage = next(s for s in plan.stages if progresses[target_name(s)].has(digest))
+    return stage, progresses[target_name(stage)], step, error
+
+
 def source_date(matrix: Matrix) -> SourceDate:
     """What the images of this checkout are of: the matrix release's date (or $SOURCE_DATE_EPOCH) and the last
     revision that changed what images are made from."""
@@ -176,12 +189,13 @@ class Builder:
         started = time.monotonic()
         with _work_dir_lock(self.settings.work_dir, self.out):
             definition, contexts = self.write(plan)
-            scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=self.settings.work_dir))
+            scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=self.settings.work_dir.absolute()))
             try:
                 secrets = write_secrets(self.settings.inputs, scratch / "secrets")
                 extra = scratch / "build.json"
                 extra.write_text(json.dumps(self.overrides(plan, secrets)), encoding="utf-8")
-                outcome, progresses = self._bake(plan, definition, extra, scratch / "metadata.json")
+                files = (definition, extra, *self._network(plan, scratch))
+                outcome, progresses = self._bake(plan, files, scratch / "metadata.json")
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         results = self._results(plan, outcome, progresses, contexts)
@@ -204,14 +218,25 @@ class Builder:
             self._only = None
         return name
 
-    def _bake(self, plan: BuildPlan, definition: Path, extra: Path,
+    def _network(self, plan: BuildPlan, scratch: Path) -> list[Path]:
+        """The host's network for every stage, where this build wants it, as a compose file over the definition:
+        buildx 0.13's bake reads a target's `network` from a compose file only (its HCL and JSON have the key again
+        from 0.17, where the definition's NETWORK variable says it)."""
+        if self.variables(plan, scratch)["NETWORK"] != "host":
+            return []
+        path = scratch / "network.yml"
+        services = {target_name(stage): {"build": {"network": "host"}} for stage in plan.stages}
+        path.write_text(json.dumps({"services": services}), encoding="utf-8")  # JSON is YAML
+        return [path]
+
+    def _bake(self, plan: BuildPlan, files: tuple[Path, ...],
               metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress]]:
         total = len(plan.stages)
         progresses = {target_name(stage): StageProgress(f"[{i}/{total} {stage.kind}]",
                                                         self.log_dir / f"{i:02d}-{stage.slug}.log", self.progress)
                       for i, stage in enumerate(plan.stages, 1)}
         builder = self.settings.builder
-        command = bake.BakeCommand((definition, extra), tuple(progresses), self.variables(plan, definition.parent),
+        command = bake.BakeCommand(files, tuple(progresses), self.variables(plan, files[0].parent),
                                    metadata, builder.name if builder else None, self.settings.nocache,
                                    builder.context if builder else None)
         self.out(f"building {total} stage(s) with one bake on "
@@ -239,19 +264,18 @@ class Builder:
                               f"Logs: {self.log_dir}")
         if outcome.returncode == 0 and not unfinished:
             return
-        failed = [(stage, progresses[target_name(stage)]) for stage in unfinished
-                  if progresses[target_name(stage)].own_error] or [(stage, progresses[target_name(stage)])
-                                                                   for stage in unfinished[:1]]
         parts = []
-        for stage, progress in failed:
-            what = progress.own_error or (bake_tail.splitlines() or ["no error said"])[-1]
-            if disk_full(f"{what}\n{progress.tail()}"):
-                what += " (the engine's disk is full: free space with `docker system prune`, then run again)"
-            parts.append(f"{progress.label} {stage.tag} failed at step {progress.step or '?'} after "
-                         f"{fmt_seconds(progress.seconds)}: {what}\n--- last lines of {progress.log_path} ---\n"
-                         f"{progress.tail()}\n--- full log: {progress.log_path}")
-        if not any(progress.own_error for _, progress in failed):
-            parts.append(f"--- last lines of the bake's log ---\n{bake_tail}")
+        failure = _first_failure(plan, progresses)
+        if failure is None:
+            parts.append(f"the bake ended with exit {outcome.returncode} and no failed step\n--- last lines of the "
+                         f"bake's log ---\n{bake_tail}")
+        else:
+            stage, progress, step, error = failure
+            if disk_full(f"{error}\n{progress.tail()}\n{bake_tail}"):
+                error += " (the engine's disk is full: free space with `docker system prune`, then run again)"
+            parts.append(f"{progress.label} {stage.tag} failed at step {step} after {fmt_seconds(progress.seconds)}: "
+                         f"{error}\n--- last lines of {progress.log_path} ---\n{progress.tail()}\n"
+                         f"--- full log: {progress.log_path}")
         names = ", ".join(stage.tag for stage in unfinished)
         raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
 
@@ -262,16 +286,17 @@ class Builder:
             progress = progresses[target_name(stage)]
             digest = (outcome.metadata.get(target_name(stage)) or {}).get("containerimage.digest", "")
             status = "cached" if progress.steps_run == 0 and progress.steps_cached else "built"
-            result = StageResult(stage.tag, stage.kind, status, digest, progress.seconds, str(progress.log_path),
+            tag = self._only[1] if self._only else stage.tag  # native_tool's image has a name of its own
+            result = StageResult(tag, stage.kind, status, digest, progress.seconds, str(progress.log_path),
                                  str(contexts[stage.slug]))
             short = digest.removeprefix("sha256:")[:12] or "pushed"
             if status == "cached":
-                self.out(f"{progress.label} {stage.tag}: every step from a cache, made in "
+                self.out(f"{progress.label} {tag}: every step from a cache, made in "
                          f"{fmt_seconds(progress.seconds)} ({short})")
             else:
-                self.out(f"{progress.label} {stage.tag}: built in {fmt_seconds(progress.seconds)} ({short}; "
+                self.out(f"{progress.label} {tag}: built in {fmt_seconds(progress.seconds)} ({short}; "
                          f"{progress.steps_run} step(s) run, {progress.steps_cached} from a cache)")
-            self.results[stage.tag] = result
+            self.results[tag] = result
             results.append(result)
         return results
 

@@ -118,10 +118,12 @@ class StageProgress:
     def steps_cached(self) -> int:
         return sum(v.cached and _counted(v.name) for v in self._own())
 
-    @property
-    def own_error(self) -> str:
-        """The first error of a step of its own (a parent's failed step shows in its build too)."""
-        return next((f"{v.name}: {v.error}" for v in self._own() if v.error), "")
+    def failed_steps(self) -> list[tuple[str, str, str]]:
+        """(vertex digest, step, error) of each step of its build that failed, in the order they began."""
+        return [(digest, _step_name(v.name), v.error) for digest, v in self._vertices.items() if v.error]
+
+    def has(self, digest: str) -> bool:
+        return digest in self._vertices
 
     def __enter__(self) -> StageProgress:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -234,6 +236,12 @@ class StageProgress:
     def tail(self, lines: int = 25) -> str:
         text = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
         return "\n".join(text[-lines:])
+
+
+def _step_name(name: str) -> str:
+    """`packages 3/5` of `[packages 3/5] RUN ...`; the vertex's name itself when it is no Dockerfile step."""
+    match = STEP.match(name)
+    return " ".join(filter(None, (match["stage"], f"{match['n']}/{match['m']}"))) if match else _short(name, 60)
 
 
 def _short(text: str, width: int = 110) -> str:

@@ -1,0 +1,57 @@
+"""Every tuned variable an image bakes is read by what the image ships (issue 62): for each variable of its
+/etc/ascend-images/env.json but what CANN's scripts and the OS image set and what the user asked for, the reader
+tests/fixtures/env_readers/readers.yaml names (read off the upstream files, never matrix.yaml) must name it in its
+installed files here (a .py file, or a shared library's strings). A CANN reader is a test double here: its check
+runs on an NPU host (tests/npu). One grep per reader's package, asked once per image and session."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.image.facts import image_fact
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+READERS = yaml.safe_load((ROOT / "tests/fixtures/env_readers/readers.yaml").read_text())["readers"]
+SITE = "/usr/local/python/lib/python3.11/site-packages"
+NOT_TUNED = ("cann:", "user", "allocator:")  # CANN's scripts and image, the user's --env, LD_PRELOAD
+
+
+@image_fact
+def named_in(host, package: str, names: tuple[str, ...]) -> list[str]:
+    """Which of `names` the installed files of `package` name, each as a whole identifier."""
+    patterns = " ".join(f"-e {shlex.quote(n)}" for n in names)
+    out = host.run(f"grep -rhoaw {patterns} {SITE}/{package} 2>/dev/null | sort -u")
+    return out.stdout.split()
+
+
+def baked(host) -> dict[str, dict]:
+    document = json.loads(host.file("/etc/ascend-images/env.json").content_string)
+    return {name: entry for name, entry in document["variables"].items()
+            if not entry["layer"].startswith(NOT_TUNED)}
+
+
+def test_every_baked_variable_is_read_by_what_the_image_ships(host, image):
+    variables = baked(host)
+    assert variables, "no tuned variable at all: env.json lost its table"
+    unread, wanted = [], {}
+    for name in variables:
+        fact = READERS.get(name)
+        if fact is None:
+            unread.append(f"{name}: no reader known (tests/fixtures/env_readers/readers.yaml)")
+        elif "other" in fact:
+            unread.append(f"{name}: read by {fact['other']}, which {image} does not ship ({fact['source']})")
+        elif "python" in fact:
+            for package in fact["python"]:
+                wanted.setdefault(package, set()).add(name)
+    found = {package: set(named_in(host, package, tuple(sorted(names)))) for package, names in wanted.items()}
+    for name in variables:
+        fact = READERS.get(name, {})
+        if "python" in fact and not any(name in found[package] for package in fact["python"]):
+            unread.append(f"{name}: baked in {image}, and its reader ({', '.join(fact['python'])}: "
+                          f"{fact['source']}) names it in none of its installed files")
+    assert not unread, "\n".join(unread)
