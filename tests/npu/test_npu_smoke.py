@@ -281,3 +281,27 @@ def test_roll_rlvr_step(docker_client, npu_image):
     code, out = run_roll(docker_client, npu_image, source, overrides, {"ROLL_RUN": "1"},
                          (parse_volume(f"{host_dir}:{model_dir}:ro"),))
     assert code == 0 and "roll-step-done" in out, out[-5000:]
+
+
+def test_cann_reads_the_variables_baked_for_it(docker_client, npu_image):
+    """Each tuned variable the image bakes for a CANN component (tests/fixtures/env_readers/readers.yaml, from CANN's
+    documentation; a test double off an NPU host) is named in the strings of the real CANN's libraries: HCCL's,
+    ACL's, the log module's under $ASCEND_HOME_PATH/lib64, ATB's under $ATB_HOME_PATH/lib."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    readers = yaml.safe_load((ROOT / "tests/fixtures/env_readers/readers.yaml").read_text())["readers"]
+    code, out = in_image(docker_client, npu_image, "cat /etc/ascend-images/env.json")
+    assert code == 0, out
+    variables = json.loads(out[out.index("{"):])["variables"]
+    names = sorted(n for n, e in variables.items() if "cann" in readers.get(n, {})
+                   and not e["layer"].startswith(("cann:", "user")))
+    assert names, "no variable for a CANN component in env.json"
+    patterns = " ".join(f"-e {n}" for n in names)
+    script = (f'grep -rhoaw {patterns} "$ASCEND_HOME_PATH/lib64" "${{ATB_HOME_PATH:-/nonexistent}}/lib" 2>/dev/null '
+              "| sort -u")
+    code, out = in_image(docker_client, npu_image, script)
+    found = set(out.split())
+    assert not set(names) - found, (f"{sorted(set(names) - found)}: baked for CANN in {npu_image}, and no library "
+                                    "of its CANN names them")

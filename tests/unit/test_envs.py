@@ -29,7 +29,6 @@ def test_sglang_required_variables(tmp_path):
     for name, value in {
         "HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050",
         "HCCL_NPU_SOCKET_PORT_RANGE": "61000-61050",
-        "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
         "SGLANG_DEEPEP_BF16_DISPATCH": "1",
     }.items():
         assert env[name].value == value and env[name].source == "ref002"

@@ -220,3 +220,39 @@ def test_lock_against_an_unreachable_index_fails_naming_the_host(matrix, tmp_pat
     assert result.returncode == 1
     assert "cannot reach the index at 127.0.0.1:9" in result.stdout
     assert "0 of " in result.stdout and "locks written" in result.stdout
+
+
+def test_a_newer_backend_release_says_what_its_env_registry_drops_and_adds(tmp_path):
+    """vLLM-Ascend 0.26.0rc1 over the 0.23.0 the matrix builds, each wheel's vllm_ascend/envs.py holding the registry
+    upstream's has (tests/fixtures/env_readers/registries.yaml): of what the matrix bakes for vLLM-Ascend 0.23.0
+    (FLASHCOMM1, MATMUL_ALLREDUCE in verl's layer, SOC_VERSION), 0.26.0rc1 no longer names MATMUL_ALLREDUCE, and its
+    registry adds VLLM_ASCEND_MLA_FIA_SPLIT; both said whatever else blocks the release."""
+    import yaml
+
+    registries = yaml.safe_load((ROOT / "tests/fixtures/env_readers/registries.yaml").read_text())["vllm-ascend"]
+    srv = Server()
+    try:
+        links = []
+        for version, names in registries.items():
+            envs = "env_variables = {\n" + "".join(f'    "{n}": lambda: None,\n' for n in names) + "}\n"
+            name, data = wheel("vllm-ascend", version, "cp311-cp311-manylinux_2_34_aarch64", [])
+            buffer = io.BytesIO()  # the wheel with its registry beside its metadata
+            with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as dst:
+                for item in src.namelist():
+                    dst.writestr(item, src.read(item))
+                dst.writestr("vllm_ascend/envs.py", envs)
+            srv.files[f"/files/{name}"] = buffer.getvalue()
+            links.append(f'<a href="/files/{name}">{name}</a>')
+        srv.files["/simple/vllm-ascend/"] = "".join(links).encode()
+        srv.files["/simple/vllm/"] = b""
+        lines: list[str] = []
+        show_outdated(Selection(str(matrix_copy(tmp_path, locks=True))), lines.append, index_url=srv.url("/simple"),
+                      packages=["vllm-ascend"], as_json=True, pre=True)
+    finally:
+        srv.stop()
+    (row,) = [r for r in json.loads(lines[-1]) if r["version"] == "0.26.0rc1"]
+    assert row["env_gone"] == ["VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE"]
+    assert row["env_added"] == ["VLLM_ASCEND_MLA_FIA_SPLIT"]
+    assert row["verdict"].endswith(
+        "; env: vllm-ascend 0.26.0rc1's vllm_ascend/envs.py no longer names VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE (baked "
+        "for it: matrix.yaml env, its reader's versions); env: vllm_ascend/envs.py adds VLLM_ASCEND_MLA_FIA_SPLIT")

@@ -104,13 +104,16 @@ def test_render_a3_85_local(matrix, tmp_path):
     # what CANN 8.5.0's scripts set (matrix.yaml cann.env_sets), checked against them in the same build
     assert 'ASCEND_HOME_PATH="/usr/local/Ascend/cann-8.5.0"' in cann_df
     assert "check-cann-env /tmp/env-scripts /etc/ascend-images/env.json" in cann_df
-    assert 'SOC_VERSION="ascend910_9391"' in cann_df and 'TASK_QUEUE_ENABLE="2"' in cann_df
+    # of the tuned layers the cann stage bakes what CANN reads, torch_npu's in the torch stage (DESIGN 26)
+    assert 'HCCL_OP_EXPANSION_MODE="AIV"' in cann_df and "TASK_QUEUE_ENABLE" not in cann_df
+    assert "SOC_VERSION" not in cann_df  # vLLM-Ascend's build reads it, and this chain ships none
     assert "ENV ASCEND_IMAGES_HDK_FLOOR=25.5.0" in cann_df
     scripts = (ctx["cann:a3"] / "etc/env-scripts").read_text().splitlines()
     assert scripts[1] == "/usr/local/Ascend/cann-8.5.0/share/info/ascendnpu-ir/bin/set_env.sh"
     torch = (ctx["torch:a3"] / "Dockerfile").read_text()
     assert (ctx["torch:a3"] / "constraints.txt").read_text() == "torch==2.8.0\ntorch-npu==2.8.0.post2\n"
     assert "--extra-index-url" not in torch  # aarch64 torch comes from PyPI
+    assert 'TASK_QUEUE_ENABLE="2"' in torch and 'HCCL_CONNECT_TIMEOUT="3600"' in torch and "SOC_VERSION" not in torch
 
 
 def test_render_a2_83_url_x86(matrix, tmp_path):
@@ -173,7 +176,12 @@ def test_shared_stage_context_does_not_depend_on_the_release(matrix, tmp_path):
 def test_backend_stage_sets_only_what_it_changes(matrix, tmp_path):
     _, ctx = render_all(matrix, tmp_path, url_sources(), device="a3", backend="vllm", release="cann8.5.0-pt2.8.0")
     df = (ctx["vllm:a3"] / "Dockerfile").read_text()
-    assert 'TASK_QUEUE_ENABLE="1"' in df and "VLLM_USE_V1" in df
+    # vLLM 0.13.0 has no VLLM_USE_V1 (V0 removed); vLLM-Ascend 0.13.0 reads FLASHCOMM1, the old FLASHCOMM as its
+    # fallback, and PREFETCH_MLP, not DENSE_OPTIMIZE (0.11.0 only): vllm_ascend/envs.py at 0.13.0
+    assert 'TASK_QUEUE_ENABLE="1"' in df and "VLLM_USE_V1" not in df and "DENSE_OPTIMIZE" not in df
+    assert all(f'{name}="1"' in df for name in ("VLLM_ASCEND_ENABLE_FLASHCOMM1", "VLLM_ASCEND_ENABLE_FLASHCOMM",
+                                                "VLLM_ASCEND_ENABLE_PREFETCH_MLP"))
+    assert 'SOC_VERSION="ascend910_9391"' in df
     assert "HCCL_CONNECT_TIMEOUT" not in df
     # vLLM's sdist (PyPI's sha256, from the wheel store) built on the target with no CUDA, then installed natively
     assert re.search(r"built-wheel \S+ /wheels \\\n +/run/ascend-images/wheels/(4ad43db45fef\w+)#\1 \. - - "

@@ -17,10 +17,11 @@ def test_committed_dockerfiles_are_what_the_matrix_renders():
 
 
 def test_invoke_render_check_fails_on_drift_and_update_fixes_it(tmp_path):
-    """A changed common default is baked in the cann stage: the check names exactly the cann Dockerfiles (CANN 8.3.RC1
-    of A2's old layout CI tests, 8.5.0 of both devices' verl over SGLang 0.5.10, 9.0.0 of both devices' SGLang and
-    9.1.0 of both devices' training base and vLLM, all locked for arm64 only) among the Dockerfiles, and env.json,
-    which documents every variable, of the stages from CANN up; it shows the changed line, and exits 1."""
+    """A changed common default torch_npu reads is baked in the torch stage, the first that ships its reader: the
+    check names exactly the torch-npu Dockerfiles (torch_npu 2.7.1.post2 on CANN 8.3.RC1 of A2's old layout CI
+    tests, 2.8.0.post2 on 8.5.0 of both devices, 2.10.0 on 9.0.0 and 2.10.0.post4 on 9.1.0 of both devices, all
+    locked for arm64 only) among the Dockerfiles, and env.json, which documents every variable, of the stages from
+    torch up; it shows the changed line, and exits 1."""
     def longer_timeout(data: dict) -> None:
         data["env"]["common"]["HCCL_CONNECT_TIMEOUT"]["value"] = "7200"
 
@@ -32,9 +33,10 @@ def test_invoke_render_check_fails_on_drift_and_update_fixes_it(tmp_path):
     assert '+    HCCL_CONNECT_TIMEOUT="7200"' in stale.stdout or '+ENV HCCL_CONNECT_TIMEOUT="7200"' in stale.stdout
     result, _ = drift(matrix)
     assert [name for name in result.stale if name.endswith("/Dockerfile")] == [
-        "cann--8.3.rc1-a2-debian12-py3.11-arm64/Dockerfile", *(
-            f"cann--{version}-{device}-debian12-py3.11-arm64/Dockerfile"
-            for version in ("8.5.0", "9.0.0", "9.1.0") for device in ("a2", "a3"))]
+        f"torch-npu--{version}-{device}-debian12-py3.11-arm64/Dockerfile"
+        for version, devices in (("2.10.0-cann9.0.0", "a2 a3"), ("2.10.0.post4-cann9.1.0", "a2 a3"),
+                                 ("2.7.1.post2-cann8.3.rc1", "a2"), ("2.8.0.post2-cann8.5.0", "a2 a3"))
+        for device in devices.split()]
     assert {name.split("/", 1)[1] for name in result.stale if not name.endswith("/Dockerfile")} == {"etc/env.json"}
     fixed = subprocess.run([sys.executable, "-m", "invoke", "render", "--update", "--matrix", str(matrix)],
                            cwd=ROOT, capture_output=True, text=True)

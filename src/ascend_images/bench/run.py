@@ -75,10 +75,12 @@ def alone_namespace(namespace: str) -> str:
 
 
 def matrix_with_env_default(matrix_path: Path, directory: Path, device: str, name: str, value: str) -> Path:
-    """`directory`/matrix.yaml: the matrix with one device env default changed. What a matrix finds beside itself
-    (locks/, the checksums file) stays what the real one finds."""
+    """`directory`/matrix.yaml: the matrix with one device env default changed, as one CANN reads, so that every
+    image of the device is affected from its cann stage up. What a matrix finds beside itself (locks/, the checksums
+    file) stays what the real one finds."""
     data = yaml.safe_load(matrix_path.read_text())
-    data["env"]["device"].setdefault(device, {})[name] = {"value": value, "source": "bench"}
+    reader = {"cann": "runtime", "source": "bench: a device default CANN reads, changed"}
+    data["env"]["device"].setdefault(device, {})[name] = {"value": value, "source": "bench", "reader": reader}
     changed = directory / "matrix.yaml"
     changed.write_text(yaml.safe_dump(data, sort_keys=False))
     for entry in matrix_path.resolve().parent.iterdir():

@@ -22,7 +22,7 @@ from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import note
 from ascend_images.errors import SelectionError
-from ascend_images.matrix.envs import effective_env
+from ascend_images.matrix.envs import reader_text
 from ascend_images.matrix.model import Matrix, Variant, load_matrix
 from ascend_images.matrix.rules import RULES, enforce, evaluate
 from ascend_images.matrix.selection import CI_SETS, all_variants, ci_variants
@@ -52,9 +52,23 @@ BUILD_HELP = {
 }
 
 
-def check_rules(variants: list[Variant]) -> None:
-    """The rules' errors stop the command; their warnings are notes (stderr), never mixed into results."""
+def check_rules(variants: list[Variant], namespace: str = DEFAULT_NAMESPACE) -> None:
+    """The rules' errors stop the command; their warnings are notes (stderr), never mixed into results: among them,
+    each --env name nothing in the image reads (a typo, or a variable of another version)."""
     enforce(variants, warn=note)
+    for v in variants:
+        warn_unread_user_env(v, namespace)
+
+
+def warn_unread_user_env(v: Variant, namespace: str) -> None:
+    from ascend_images.stages.envreaders import user_env_warnings
+    from ascend_images.stages.kinds import image_kind
+    from ascend_images.stages.names import image_tag
+
+    if v.user_env:
+        for line in user_env_warnings([name for name, _ in v.user_env], v, image_kind(v), v.matrix.spec.env,
+                                      image_tag(v, namespace)):
+            note(line)
 
 
 # --- matrix ---------------------------------------------------------------------------------------------------------
@@ -107,23 +121,35 @@ def env(c, sel, json=False):
 
 def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
     """--json prints one document, always a list (one entry per variant), since a selection may hold several and a
-    reader should not have to guess the shape; the rules' warnings go to stderr either way."""
+    reader should not have to guess the shape; the rules' warnings go to stderr either way. Each variable names its
+    reader (DESIGN 26); what the references set and the image does not read is listed after, with why."""
+    from ascend_images.stages.envreaders import image_env, unread_env
+    from ascend_images.stages.kinds import image_kind
+
     variants = sel.variants()
     check_rules(variants)
     if as_json:
-        out(json.dumps([{"variant": v.name, "variables": {k: e.as_dict() for k, e in effective_env(v).items()}}
+        out(json.dumps([{"variant": v.name,
+                         "variables": {k: e.as_dict() for k, e in image_env(v, image_kind(v)).items()},
+                         "unread": {k: u.as_dict() for k, u in unread_env(v, image_kind(v)).items()}}
                         for v in variants], indent=2))
         return 0
     for v in variants:
-        env = effective_env(v)
+        env = image_env(v, image_kind(v))
         out(f"# {v.name} (profile {v.profile})")
-        out(f"{'NAME':48} {'VALUE':28} {'LAYER':18} SOURCE")
+        out(f"{'NAME':48} {'VALUE':24} {'LAYER':18} {'READER':32} SOURCE")
         for e in env.values():
             over = f"  (overrides {', '.join(f'{layer}={value}' for layer, value in e.overrides)})" if e.overrides \
                 else ""
-            out(f"{e.name:48} {e.value:28} {e.layer:18} {e.source}{over}")
+            out(f"{e.name:48} {e.value:24} {e.layer:18} {reader_text(e.reader_dict) or '--env':32} {e.source}{over}")
         out("# plus what the CANN env scripts set (matrix.yaml cann.env_sets, checked against them at build time): "
             + "; ".join(v.env_scripts))
+        unread = unread_env(v, image_kind(v))
+        if unread:
+            out("# not baked: what the references set that nothing in this image reads")
+            for u in unread.values():
+                instead = f" (the nearest it reads: {u.instead})" if u.instead else ""
+                out(f"#   {u.name}={u.value} ({u.layer}): {u.why}{instead}")
     return 0
 
 
@@ -297,7 +323,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     check_output(namespace, push, load)
     matrix = sel.load()
     variants = build_variants(sel, matrix, ci)
-    check_rules(variants)
+    check_rules(variants, namespace)
     sources = flags.sources(matrix, strict=False)
     doubles = [what for what, used in (("CANN packages", sources.cann.test_double),
                                        ("artifacts", sources.artifacts.test_double)) if used]

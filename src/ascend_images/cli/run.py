@@ -139,6 +139,9 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         framework = variants[0].framework if variants[0].framework != "none" else None
         requested = image
         overlay_of = variants[0] if overlay_suffix(variants[0]) else None
+        from ascend_images.cli.build import warn_unread_user_env
+
+        warn_unread_user_env(variants[0], namespace)
         if sel.env:
             # --env makes an overlay image of its own tag, not the selection's plain image: say which one runs
             note(f"note: --env selects the overlay image {image}; built by: {build_command(sel, namespace)}"
@@ -148,6 +151,12 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
                        "there is nothing to build: leave one out")
     elif sel.device in matrix.spec.devices:  # --image REF --device a3: what the image is for, before any label
         device = sel.device
+    if image is not None and requested is None and sel.env:  # an image the matrix did not select: every variable
+        from ascend_images.stages.envreaders import user_env_warnings
+
+        for line in user_env_warnings(list(parse_env_overrides(sel.env)), None, None, matrix.spec.env,
+                                      image):
+            note(line)
     spec = RunSpec(image=image, command=tuple(command), devices=tuple(parse_devices(flags.devices)),
                    mode=flags.mode, host_root=Path(flags.host_root),  # type: ignore[arg-type]
                    driver_mounts=flags.driver_mounts,  # type: ignore[arg-type]

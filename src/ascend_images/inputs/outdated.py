@@ -16,8 +16,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ascend_images.inputs.envregistry import REGISTRIES, env_change, read_registry
 from ascend_images.inputs.pypi import IndexFile, IndexUnreachableError, PackageIndexError, index_files, normalize
-from ascend_images.inputs.wheelmeta import WheelMetadataError, read_metadata
+from ascend_images.inputs.wheelmeta import WheelMetadataError, read_member, read_metadata
+from ascend_images.matrix.envs import baked_for
 from ascend_images.matrix.model import Matrix
 from ascend_images.matrix.schema import SglangPins, VllmPins
 
@@ -36,10 +38,13 @@ class Candidate:
     requires_python: str | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what does not block it, but a reader must know
+    env_gone: list[str] = field(default_factory=list)  # baked for the package, and this release names them no more
+    env_added: list[str] = field(default_factory=list)  # its env registry's new variables
+    env_notes: list[str] = field(default_factory=list)  # those two said, blocked or not
 
     @property
     def verdict(self) -> str:
-        return "; ".join(self.problems) if self.problems else "; ".join(["ok", *self.notes])
+        return "; ".join([*(self.problems or ["ok", *self.notes]), *self.env_notes])
 
 
 def pinned_versions(matrix: Matrix) -> dict[str, set[str]]:
@@ -244,6 +249,22 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
 
     no_deps = frozenset(normalize(n) for n, spec in matrix.spec.package_indexes.items() if spec.no_deps)
     blocked = blocked_releases(matrix)
+    registries: dict[str, str | None] = {}
+
+    def registry(package: str, version: str) -> str | None:
+        """The env registry of `package` at `version`, from one of its wheels on the index (aarch64 first)."""
+        if (package, version) not in registries:
+            wheels = [f for f in files(package) if f.file.endswith(".whl")
+                      and (_version(f.file) or (None, ""))[0] == Version(version)]
+            text = None
+            for f in sorted(wheels, key=lambda f: "aarch64" not in f.file)[:1]:
+                try:
+                    text = read_registry(f.url, package, read_member)
+                except WheelMetadataError as exc:
+                    out(f"warning: {exc}")
+            registries[package, version] = text
+        return registries[package, version]
+
     found = []
     for package, versions in pinned.items():
         if packages and package not in packages:
@@ -252,9 +273,15 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
         newer = candidates(files(package), package, newest, pre)
         for version, entries in list(newer.items())[:limit]:
             tag = matrix.spec.backends["sglang"].artifacts.get("source_tag")
-            found.append(assess(package, version, entries, on_index, metadata,
-                                matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None,
-                                no_deps, blocked))
+            cand = assess(package, version, entries, on_index, metadata,
+                          matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None,
+                          no_deps, blocked)
+            if package in REGISTRIES and (text := registry(package, version)) is not None:
+                change = env_change(package, text, baked_for(matrix.spec.env, package, str(newest)),
+                                    registry(package, str(newest)))
+                cand.env_gone, cand.env_added = list(change.gone), list(change.added)
+                cand.env_notes = change.notes(package, version)
+            found.append(cand)
     if listing and len(missing) == len(listing):
         # an index that has none of them is no index of these packages: "nothing newer" would be a false all-clear
         raise PackageIndexError(f"the index at {index_url} has none of the packages asked for ({', '.join(missing)}: "

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ascend_images.errors import AscendImagesError
@@ -48,16 +49,21 @@ def _parse(text: str) -> WheelMetadata:
                          message.get_all("Requires-Dist") or [])
 
 
-def _from_whole(data: bytes) -> WheelMetadata:
-    with zipfile.ZipFile(io.BytesIO(data)) as wheel:
-        name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
-        return _parse(wheel.read(name).decode("utf-8"))
-
-
 def read_metadata(url: str, timeout: float = 60) -> WheelMetadata:
+    data = read_member(url, lambda name: name.endswith(".dist-info/METADATA") and name.count("/") == 1, timeout)
+    if data is None:
+        raise WheelMetadataError(f"{url}: no .dist-info/METADATA in the wheel")
+    return _parse(data.decode("utf-8"))
+
+
+def read_member(url: str, wanted: Callable[[str], bool], timeout: float = 60) -> bytes | None:
+    """The first member of the wheel at `url` whose name `wanted` takes, None when it has none: the zip's central
+    directory and that member, by range requests (the whole file where the server ignores ranges)."""
     status, tail = _get(url, f"-{TAIL}", timeout)
     if status != 206:  # no range support: this was the whole file
-        return _from_whole(tail)
+        with zipfile.ZipFile(io.BytesIO(tail)) as wheel:
+            name = next((n for n in wheel.namelist() if wanted(n)), None)
+            return wheel.read(name) if name is not None else None
     end = tail.rfind(b"PK\x05\x06")
     if end < 0:
         raise WheelMetadataError(f"{url}: no zip directory in its last {TAIL} bytes")
@@ -71,12 +77,11 @@ def read_metadata(url: str, timeout: float = 60) -> WheelMetadata:
             "<4sHHHHHHIIIHHHHHII", directory[pos:pos + 46])
         name = directory[pos + 46:pos + 46 + name_len].decode("utf-8")
         pos += 46 + name_len + extra_len + comment_len
-        if not name.endswith(".dist-info/METADATA") or name.count("/") != 1:
+        if not wanted(name):
             continue
         # the local header is 30 bytes plus its own name and extra fields; 1 KB covers those
         _, chunk = _get(url, f"{local}-{local + 30 + 1024 + size}", timeout)
         name_len2, extra_len2 = struct.unpack("<HH", chunk[26:30])
         body = chunk[30 + name_len2 + extra_len2:30 + name_len2 + extra_len2 + size]
-        data = zlib.decompress(body, -15) if method == zipfile.ZIP_DEFLATED else body
-        return _parse(data.decode("utf-8"))
-    raise WheelMetadataError(f"{url}: no .dist-info/METADATA in the wheel")
+        return zlib.decompress(body, -15) if method == zipfile.ZIP_DEFLATED else body
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ascend_images.matrix.versions import AscendVersion
@@ -329,9 +330,34 @@ class DefaultsSpec(Strict):
     framework_release: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
+class EnvReader(Strict):
+    """What reads a tuned variable (DESIGN 26): a Python package by its distribution name (torch_npu's library is
+    torch-npu's), or a CANN component; for a package, the versions of it that read the variable (a PEP 440
+    specifier, "" for every version); and where that was read (the package's own files, or CANN's documentation)."""
+
+    package: str | None = None
+    cann: str | None = None  # hccl, acl, slog, atb: what CANN's documentation says reads it
+    versions: str = ""
+    source: str
+
+    @model_validator(mode="after")
+    def _one_reader(self) -> EnvReader:
+        if (self.package is None) == (self.cann is None):
+            raise ValueError("a reader is a package or a CANN component: name one of package, cann")
+        if self.versions:
+            if self.package is None:
+                raise ValueError("versions is a package's: a CANN reader reads in every version here")
+            try:
+                SpecifierSet(self.versions)
+            except InvalidSpecifier:
+                raise ValueError(f"versions {self.versions!r} is no PEP 440 specifier (e.g. '>=0.11,<0.30')") from None
+        return self
+
+
 class EnvEntry(Strict):
     value: str
     source: str
+    reader: EnvReader
 
     @field_validator("value", mode="before")
     @classmethod
@@ -347,12 +373,23 @@ class EnvEntry(Strict):
 EnvTable = dict[str, EnvEntry]
 
 
+class DroppedVariable(Strict):
+    """A variable a reference sets that nothing these images ship reads: never baked, kept with why."""
+
+    name: str
+    layer: str
+    value: str
+    source: str
+    why: str
+
+
 class EnvSpec(Strict):
     common: EnvTable
     device: dict[str, EnvTable]
     backend: dict[str, EnvTable]
     framework: dict[str, EnvTable] = Field(default_factory=dict)
     profile: dict[str, EnvTable]
+    dropped: list[DroppedVariable] = Field(default_factory=list)
 
 
 class CiEntry(Strict):

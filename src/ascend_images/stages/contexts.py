@@ -25,8 +25,9 @@ from ascend_images.inputs.artifacts import (
 from ascend_images.inputs.lockfile import GLIBC_FLOOR, LockError
 from ascend_images.inputs.sources import INPUTS_DIR, MISSING_SHA256, Artifact, Sources, sha256_file
 from ascend_images.matrix.cannenv import expand
-from ascend_images.matrix.envs import EnvValue, baked_env, effective_env
+from ascend_images.matrix.envs import EnvValue
 from ascend_images.matrix.model import Variant
+from ascend_images.stages.envreaders import shipped_env, stage_defaults
 from ascend_images.stages.packages import StagePackages, stage_packages
 from ascend_images.stages.stage import Stage
 
@@ -185,7 +186,7 @@ def cann_env(v: Variant) -> dict[str, str]:
 
 def cann_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes]) -> None:
     v = stage.variant
-    baked = baked_env(v, backend=False)
+    baked, _ = stage_defaults(v, stage.kind, None)
     ctx["cann_env"] = [{"name": k, "value": val, "comment": "", "expands": k in BELOW}
                        for k, val in cann_env(v).items()]
     ctx["cann_env_source"] = v.cann_env_source
@@ -203,6 +204,9 @@ def torch_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
     v = stage.variant
     local = v.arch_spec.torch_local_version
     files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
+    baked, own = stage_defaults(v, stage.kind, below_kind(stage))
+    ctx["defaults"] = env_items(own)
+    files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     packages_context(stage, sources, ctx, files)
 
 
@@ -210,10 +214,8 @@ def torch_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
 def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                     files: dict[str, bytes]) -> None:
     v = stage.variant
-    baked = baked_env(v, backend=True)
-    below = baked_env(v, backend=False)
-    # only what the backend layer changes after profile precedence is applied
-    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
+    baked, own = stage_defaults(v, stage.kind, below_kind(stage))
+    ctx["defaults"] = env_items(own)
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     ctx["lock"], source = _backend_source(v, sources)
@@ -292,9 +294,8 @@ def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                       files: dict[str, bytes]) -> None:
     v, pins = stage.variant, stage.variant.framework_pins
     assert pins is not None
-    baked = baked_env(v, backend=True, framework=True)
-    below = baked_env(v, backend=True)
-    ctx["defaults"] = env_items({k: e for k, e in baked.items() if k not in below or below[k].value != e.value})
+    baked, own = stage_defaults(v, stage.kind, below_kind(stage))
+    ctx["defaults"] = env_items(own)
     ctx["framework"] = {"name": v.framework, "version": pins.version,
                         "description": v.matrix.spec.frameworks[v.framework].description}
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
@@ -323,7 +324,7 @@ def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
 def overlay_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                     files: dict[str, bytes]) -> None:
     v = stage.variant
-    full = effective_env(v)
+    full = shipped_env(v, stage.kind)
     own = ("profile:", "user", *(("allocator:",) if v.allocator is not None else ()))
     ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
     if v.allocator is not None:
@@ -332,6 +333,11 @@ def overlay_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
 
 
 # --- shared ----------------------------------------------------------------------------------------------------------
+def below_kind(stage: Stage) -> str | None:
+    """The kind of the image a stage is built on, where it is one of ours: what its tuned environment has already."""
+    return stage.parent.kind if stage.parent is not None else None
+
+
 def record_downloads(stage: Stage, ctx: dict[str, Any], artifacts: Iterable[Any]) -> None:
     """The downloads PyPI does not carry that this stage installs, as a label (file -> sha256, each its build arg,
     which the build expands): `invoke publish` checks each against pins.yaml. One label per kind, so a child's never
