@@ -60,7 +60,12 @@ FILES = [
     ("vllm", "vllm-0.26.0.tar.gz", b"sdist"),
     ("triton-ascend", *wheel("triton-ascend", "3.2.0", "cp311-cp311-manylinux_2_27_aarch64", [])),
     ("sglang", *wheel("sglang", "0.5.18", "py3-none-any", ["torch==2.9.1"])),
+    # PyPI's sglang 0.5.22 wheel: the CUDA build, Requires-Python >=3.11, pins torch 2.9.1 (its METADATA, 2026-10-15)
+    ("sglang", *wheel("sglang", "0.5.22", "py3-none-any", ["torch==2.9.1"], python=">=3.11")),
 ]
+# the tags' python/pyproject_npu.toml, where "GitHub" answers: 0.5.18's (requires-python as upstream's at main
+# 00ac7105), none for 0.5.22
+PROJECT_FILES = {"0.5.18": b'[project]\nname = "sglang"\nrequires-python = ">=3.10"\ndependencies = ["numpy"]\n'}
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +82,8 @@ def index():
     name, data = wheel("triton-ascend", "3.2.3", "cp311-cp311-manylinux_2_27_aarch64", [])
     srv.files[f"/vendor/files/{name}"] = data
     srv.files["/vendor/simple/triton-ascend/"] = f'<a href="/vendor/files/{name}">{name}</a>'.encode()
+    for version, text in PROJECT_FILES.items():
+        srv.files[f"/raw/v{version}/python/pyproject_npu.toml"] = text
     yield srv
     srv.stop()
 
@@ -90,6 +97,8 @@ def matrix(tmp_path_factory, index) -> Path:
         used = {r["torch_npu"] for r in data["releases"].values()}
         data["torch"]["pairs"] = {k: v for k, v in data["torch"]["pairs"].items() if k in used}
         data["package_indexes"]["triton-ascend"]["urls"] = [index.url("/vendor/simple")]
+        data["backends"]["sglang"]["artifacts"]["npu_project_file"]["url"] = \
+            index.url("/raw/v{version}/python/pyproject_npu.toml")
 
     return matrix_copy(tmp_path_factory.mktemp("matrix"), releases_only, locks=True)
 
@@ -113,7 +122,7 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     rows = rows_by_version(index, matrix)
     assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("torch-npu", "2.13.0rc1"),
                          ("vllm-ascend", "0.24.0"), ("vllm-ascend", "0.25.0"), ("vllm-ascend", "0.26.0"),
-                         ("vllm", "0.24.0"), ("vllm", "0.26.0"), ("sglang", "0.5.18")}
+                         ("vllm", "0.24.0"), ("vllm", "0.26.0"), ("sglang", "0.5.18"), ("sglang", "0.5.22")}
     # ^ nothing the matrix already has or older; the one pre-release newer than every final (upstream's newest rc
     # line), with its verdict like any release
     assert rows[("torch-npu", "2.13.0rc1")]["verdict"] == "ok"
@@ -131,8 +140,9 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     assert "vllm 0.25.0 (vllm-ascend's rule) is not on this index" in blocked
     # no sdist (PyPI's sglang wheels are the CUDA build): buildable from the git tag matrix.yaml names
     assert rows[("sglang", "0.5.18")]["verdict"] == (
-        "ok; no sdist: build it from its git tag, https://github.com/sgl-project/sglang/archive/refs/tags/v0.5.18.tar.gz"
-        ", with its python/pyproject_npu.toml transcribed under upstream/ (npu_requirements)")
+        "ok; NPU line: CANN 9.0.0, Python 3.11, torch_npu 2.10.0, chips 910b, a3; no sdist: build it from its git tag, "
+        "https://github.com/sgl-project/sglang/archive/refs/tags/v0.5.18.tar.gz, with its python/pyproject_npu.toml "
+        "transcribed under upstream/ (npu_requirements)")
     vendor = index.url("/vendor/simple")
     assert rows[("vllm-ascend", "0.26.0")]["verdict"] == (
         f"ok; triton-ascend==3.2.3 is not on this index but on {vendor} (package_indexes); locked without it, "
@@ -256,3 +266,45 @@ def test_a_newer_backend_release_says_what_its_env_registry_drops_and_adds(tmp_p
     assert row["verdict"].endswith(
         "; env: vllm-ascend 0.26.0rc1's vllm_ascend/envs.py no longer names VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE (baked "
         "for it: matrix.yaml env, its reader's versions); env: vllm_ascend/envs.py adds VLLM_ASCEND_MLA_FIA_SPLIT")
+
+
+def test_sglang_is_judged_by_its_npu_line_not_by_pypis_cuda_wheel(index, matrix):
+    """PyPI's sglang 0.5.22 wheel allows Python 3.11, but upstream's NPU line from 0.5.21 is CANN 9.1.0 on Python
+    3.12 for A3 and 950 (SG PR 40524: sgl-kernel-npu 2026.9.0.post5 built for py312 only; 910b images dropped)."""
+    rows = rows_by_version(index, matrix, packages=["sglang"])
+    row = rows[("sglang", "0.5.22")]
+    assert row["problems"] == ["blocked: NPU line is Python 3.12 (sgl-kernel-npu 2026.9.0.post5 py312 only for CANN "
+                               "9.1.0; SG PR 40524)"]
+    assert row["read_from"].startswith("PyPI's CUDA wheel")
+    assert "upstream publishes no 910b image on this line: no a2 variant" in row["notes"]
+    unread = "its python/pyproject_npu.toml could not be read here (HTTP 404): judged by the recorded line"
+    assert unread in row["notes"]
+    assert row["verdict"].startswith("blocked: NPU line is Python 3.12")
+    # what the wheel says is said, marked, and judges nothing: 0.5.18's torch==2.9.1 pin is no problem
+    assert rows[("sglang", "0.5.18")]["problems"] == []
+    assert rows[("sglang", "0.5.18")]["pins"] == {"torch": "==2.9.1"}
+
+
+def test_a_tag_project_file_that_excludes_the_python_blocks_the_release(index, matrix):
+    path = "/raw/v0.5.18/python/pyproject_npu.toml"
+    index.files[path] = b'[project]\nrequires-python = ">=3.12"\ndependencies = ["torch-npu==2.10.0.post6"]\n'
+    try:
+        row = rows_by_version(index, matrix, packages=["sglang"])[("sglang", "0.5.18")]
+    finally:
+        index.files[path] = PROJECT_FILES["0.5.18"]
+    assert row["problems"] == ["the tag's python/pyproject_npu.toml excludes Python 3.11 (>=3.12)"]
+    assert "the tag's python/pyproject_npu.toml pins torch-npu==2.10.0.post6" in row["notes"]
+
+
+def test_a_release_on_no_recorded_line_is_not_ok(index, tmp_path):
+    def no_lines(data: dict) -> None:
+        data["backends"]["sglang"]["npu_lines"] = [line for line in data["backends"]["sglang"]["npu_lines"]
+                                                   if line["python"] != "3.11"]
+        data["torch"]["pairs"] = {k: v for k, v in data["torch"]["pairs"].items()
+                                  if k in {r["torch_npu"] for r in data["releases"].values()}}
+        data["backends"]["sglang"]["artifacts"]["npu_project_file"]["url"] = \
+            index.url("/raw/v{version}/python/pyproject_npu.toml")
+    path = matrix_copy(tmp_path, no_lines, locks=True)
+    row = rows_by_version(index, path, packages=["sglang"])[("sglang", "0.5.18")]
+    assert row["problems"] == ["no NPU line recorded for 0.5.18 (backends.sglang.npu_lines): read its "
+                               "docker/npu.Dockerfile and python/pyproject_npu.toml at the tag first"]

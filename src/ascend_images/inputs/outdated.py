@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from ascend_images.inputs.envregistry import REGISTRIES, env_change, read_registry
 from ascend_images.inputs.pypi import IndexFile, IndexUnreachableError, PackageIndexError, index_files, normalize
+from ascend_images.inputs.sglangline import CUDA_WHEEL, LineVerdict, judge, read_project_file
 from ascend_images.inputs.wheelmeta import WheelMetadataError, read_member, read_metadata
 from ascend_images.matrix.envs import baked_for
 from ascend_images.matrix.model import Matrix
@@ -41,6 +42,8 @@ class Candidate:
     env_gone: list[str] = field(default_factory=list)  # baked for the package, and this release names them no more
     env_added: list[str] = field(default_factory=list)  # its env registry's new variables
     env_notes: list[str] = field(default_factory=list)  # those two said, blocked or not
+    # what the pins, the Python range and the platforms were read from, where that is not what the image installs
+    read_from: str = "the wheel the image installs"
 
     @property
     def verdict(self) -> str:
@@ -153,7 +156,8 @@ def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_
            metadata: Callable[[str], tuple[dict[str, str], str | None]],
            vllm_exceptions: dict[str, list[str]] | None = None,
            elsewhere: Elsewhere = lambda name, version: None, sglang_tag_url: str | None = None,
-           no_deps: frozenset[str] = frozenset(), blocked: dict[tuple[str, str], str] | None = None) -> Candidate:
+           no_deps: frozenset[str] = frozenset(), blocked: dict[tuple[str, str], str] | None = None,
+           sglang_line: Callable[[str], LineVerdict] | None = None) -> Candidate:
     wheels = [f for f, kind in entries if kind == "wheel"]
     arches = set().union(*(_wheel_arches(f.file) for f in wheels)) if wheels else set()
     cand = Candidate(package, version, {a: a in arches for a in ARCHES}, any(k == "sdist" for _, k in entries))
@@ -162,16 +166,29 @@ def assess(package: str, version: str, entries: list[tuple[IndexFile, str]], on_
         # prefer the aarch64 wheel: most Ascend hosts are Kunpeng
         chosen = sorted(cp311, key=lambda f: "aarch64" not in f.file)[0]
         cand.pins, cand.requires_python = metadata(chosen.url)
+    wheel_problems = []
     if cand.requires_python and not SpecifierSet(cand.requires_python).contains(PYTHON + ".0"):
-        cand.problems.append(f"Python {PYTHON} excluded ({cand.requires_python})")
+        wheel_problems.append(f"Python {PYTHON} excluded ({cand.requires_python})")
     if not cand.wheels["aarch64"]:
-        cand.problems.append("no aarch64 wheel" + (": built from the sdist" if cand.sdist else ", no sdist"))
+        wheel_problems.append("no aarch64 wheel" + (": built from the sdist" if cand.sdist else ", no sdist"))
+    if package == "sglang" and sglang_line is not None:
+        # the NPU install is the tag's tree on its line's stack: the wheel's findings are said, and judge nothing
+        cand.read_from = "PyPI's CUDA wheel (pins, python, platforms); the verdict: the NPU line"
+        if wheel_problems:
+            cand.notes.append(f"{CUDA_WHEEL}: {'; '.join(wheel_problems)}")
+        line = sglang_line(version)
+        cand.problems += line.problems
+        cand.notes += line.notes
+        pins = {}
+    else:
+        cand.problems += wheel_problems
+        pins = cand.pins
     if package == "torch-npu":
         want = Version(version).base_version  # 2.10.0.post4 and 2.13.0rc1 pin torch 2.10.0 and 2.13.0
         torch = cand.pins.get("torch")
         if torch and f"=={want}" not in torch.replace(" ", ""):
             cand.problems.append(f"pins torch{torch}, not =={want} (PT's rule)")
-    for name, spec in cand.pins.items():
+    for name, spec in pins.items():
         if spec.startswith("==") and name != "torch" and not on_index(name, spec[2:]):
             # resolved out of the lock and installed --no-deps from a file pins.yaml pins: it locks here
             locks = f"; locked without it, installed --no-deps (package_indexes.{name}.no_deps)" if name in no_deps \
@@ -265,6 +282,14 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
             registries[package, version] = text
         return registries[package, version]
 
+    sglang = matrix.spec.backends["sglang"]
+    chips = {name: device.chip for name, device in matrix.spec.devices.items()}
+    project_file = sglang.artifacts.get("npu_project_file")
+
+    def sglang_line(version: str) -> LineVerdict:
+        read = (lambda v: read_project_file(project_file.url.format(version=v))) if project_file else None
+        return judge(version, sglang.npu_lines, PYTHON, chips, read)
+
     found = []
     for package, versions in pinned.items():
         if packages and package not in packages:
@@ -275,7 +300,7 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
             tag = matrix.spec.backends["sglang"].artifacts.get("source_tag")
             cand = assess(package, version, entries, on_index, metadata,
                           matrix.spec.backends["vllm"].vllm_exceptions, elsewhere, tag.url if tag else None,
-                          no_deps, blocked)
+                          no_deps, blocked, sglang_line)
             if package in REGISTRIES and (text := registry(package, version)) is not None:
                 change = env_change(package, text, baked_for(matrix.spec.env, package, str(newest)),
                                     registry(package, str(newest)))
@@ -295,6 +320,8 @@ def table(rows: list[Candidate], pinned: dict[str, set[str]]) -> str:
              f"{'python':12} {'pins':48} verdict"]
     for c in rows:
         pins = ", ".join(f"{k}{v}" for k, v in sorted(c.pins.items())) or "-"
+        if c.read_from != Candidate.read_from:  # e.g. sglang's CUDA wheel: said, and judging nothing
+            pins += f" [{c.read_from.split(' (')[0]}]"
         newest = str(max(Version(v) for v in pinned[c.package]))
         yes = {True: "yes", False: "no"}
         lines.append(f"{c.package:14} {c.version:14} {newest:12} {yes[c.wheels['x86_64']]:6} "

@@ -176,6 +176,30 @@ class KernelReleases(Strict):
     source: str
 
 
+class NpuLine(Strict):
+    """What upstream builds the NPU images of a run of SGLang releases with (docker/npu.Dockerfile,
+    release-docker-npu.yml, python/pyproject_npu.toml): PyPI's sglang wheels are the CUDA build, so a newer release
+    is judged by its line, not by the wheel."""
+
+    versions: str  # the releases on the line, a PEP 440 specifier
+    cann: str
+    python: str
+    torch_npu: str
+    chips: list[str]  # the chips upstream publishes images for (its tags: 910b, a3, 950)
+    why: str | None = None  # what holds the line to its Python, where that is not the base image alone
+    source: str
+
+    @field_validator("versions")
+    @classmethod
+    def _specifier(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError(f"versions must be a PEP 440 specifier such as '>=0.5.16,<0.5.21', got {value!r}") \
+                from None
+        return value
+
+
 class BackendSpec(Strict):
     description: str
     allocator: str
@@ -188,6 +212,7 @@ class BackendSpec(Strict):
     min_version: str | None = None
     min_cann: str | None = None
     kernel_releases: list[KernelReleases] = Field(default_factory=list)
+    npu_lines: list[NpuLine] = Field(default_factory=list)
     # vllm-ascend versions whose PyPI sdist lacks the catlass sources its A2/A3 custom-op build needs
     sdist_lacks_catlass: list[str] = Field(default_factory=list)
     source: str
