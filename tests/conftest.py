@@ -122,7 +122,6 @@ def docker_client():
 TEST_ARCH = ci_images_module.ARCH
 TEST_DOCKER_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}[TEST_ARCH]  # the tags' arch suffix
 TEST_NAMESPACE = ci_images_module.NAMESPACE
-SGLANG_TAG = "0.5.17"  # the tag archive CI's SGLang image is built from (fake_sglang_tag)
 LEAK_MARKER_PREFIX = "ascend-images-leak-marker-"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -202,13 +201,14 @@ def fake_artifacts_dir(work_dir: Path) -> Path:
     MindSpeed and ROLL archives."""
     from tests.fixtures.fake_framework_archives.make_archives import write_archives
     from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
-    from tests.fixtures.fake_sglang_tag.make_archive import wheel_sources, write_archive
+    from tests.fixtures.fake_sglang_tag.make_archive import default_versions, wheel_sources, write_archive
     from tests.fixtures.fake_triton_ascend.make_wheel import write_wheels
 
     out = work_dir / "fake-artifacts"
     write_zips(out, arches=[TEST_ARCH])
     write_wheels(out, arches=[TEST_ARCH], pypi_code=work_dir / "pypi")
-    write_archive(out, SGLANG_TAG, wheel_sources(SGLANG_TAG, work_dir / "pypi"))
+    for version in default_versions():  # the tag archives of the SGLang defaults CI builds
+        write_archive(out, version, wheel_sources(version, work_dir / "pypi"))
     write_archives(out)
     return out
 

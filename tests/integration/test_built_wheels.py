@@ -158,11 +158,12 @@ def native_sdist(tag: str) -> bytes:
 def native_build_line() -> str:
     """The SGLang stage's line that builds its source tree natively, as images/ renders it."""
     ctx, text = rendered_stage("sglang")
-    assert [b["what"] for b in ctx["packages"]["native_builds"]] == ["SGLang 0.5.17 from its source tree"]
+    (what,) = [b["what"] for b in ctx["packages"]["native_builds"]]
+    version = re.fullmatch(r"SGLang (\S+) from its source tree", what).group(1)
     assert not ctx["packages"]["target_builds"] and " AS built" not in text  # no emulated build stage left
     match = re.search(r"(/usr/local/libexec/ascend-images/build-env /usr/local/libexec/ascend-images/build-pure-wheel"
                       r" \\\n\s+\S+ \S+ /tmp/ascend-install/wheels"
-                      r" \\\n\s+\S+ python pyproject_npu.toml 0.5.17)", text)
+                      rf" \\\n\s+\S+ python pyproject_npu.toml {re.escape(version)})", text)
     assert match, "the SGLang stage builds its source tree natively no more"
     return match.group(1).replace("\\\n", " ")
 
@@ -185,9 +186,8 @@ def test_a_pure_python_tree_is_built_natively_and_nothing_else_passes(docker_cli
     (tmp_path / "ctx").mkdir()
     (tmp_path / "ctx" / "build-requirements.txt").write_text(f"probe-build-helper==1.0 --hash=sha256:{pinned}\n")
     line = native_build_line()
-    spec = re.search(r"(\S+#\S+) python pyproject_npu.toml 0.5.17", line).group(1)
-    line = line.replace(f"{spec} python pyproject_npu.toml 0.5.17",
-                        f"/run/ascend-images/wheels/{sha256}#{sha256} . - -")
+    spec, project = re.search(r"(\S+#\S+) (python pyproject_npu.toml \S+)", line).groups()
+    line = line.replace(f"{spec} {project}", f"/run/ascend-images/wheels/{sha256}#{sha256} . - -")
     line = line.replace("/tmp/ascend-install/build-requirements.txt", "/ctx/build-requirements.txt")
     script = f"set -e\nmkdir -p /tmp/ascend-install/wheels\n{line}\nls /tmp/ascend-install/wheels\n"
     (tmp_path / "built-wheels").mkdir()

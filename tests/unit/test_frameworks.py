@@ -41,7 +41,7 @@ def test_verl_defaults_to_the_stacks_its_guide_documents(matrix):
     assert image_tag(vllm) == "ascend-images/verl:0.9.1-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-arm64"
     # no framework: the backend's own default, as before
     (plain,) = select(matrix, device="a3", backend="sglang")
-    assert plain.framework == "none" and plain.backend_pins.sglang == "0.5.17"
+    assert plain.framework == "none" and plain.release_name == matrix.spec.defaults.release["a3"]["sglang"]
 
 
 def test_roll_defaults_to_the_stack_its_image_builds(matrix):

@@ -3,12 +3,17 @@ the check able to see a change."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 
+import yaml
+
 from ascend_images.stages.drift import drift, update
 from tests.fixtures.matrices import ROOT, matrix_copy
+
+FACTS = yaml.safe_load((ROOT / "tests" / "fixtures" / "release_facts.yaml").read_text(encoding="utf-8"))
 
 
 def test_committed_dockerfiles_are_what_the_matrix_renders():
@@ -66,19 +71,26 @@ def test_the_bake_file_chains_the_stages_and_takes_its_inputs_as_variables():
 
     bake = json.loads((ROOT / "rendered" / "docker-bake.json").read_text())
     targets = bake["target"]
-    sglang = targets["sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64"]
-    # written out by hand: the default SGLang image of A3 over its torch image, from the committed context
-    assert sglang["context"] == "${CONTEXTS}/sglang--0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"
+    # the SGLang image of A3 the CI selection holds (its default), found by its kind: a target is named for its tag
+    (name,) = [n for n in bake["group"]["ci-test"]["targets"] if n.startswith("sglang--") and "-a3-" in n]
+    tail = name.removeprefix("sglang--")  # 0_5_17-cann9_0_0-a3-debian12-py3_11-arm64
+    version, cann = re.fullmatch(r"(\S+?)-cann(\S+?)-a3-debian12-py3_11-arm64", tail).groups()
+    version, cann = version.replace("_", "."), cann.replace("_", ".")
+    dotted = f"{version}-cann{cann}-a3-debian12-py3.11-arm64"
+    torch_npu = FACTS["sglang"][version]["torch_npu"]  # upstream's pairing (tests/fixtures/release_facts.yaml)
+    torch_tail = f"{torch_npu}-cann{cann}-a3-debian12-py3.11-arm64"
+    sglang = targets[name]
+    # written out by hand: the SGLang image over its torch image, from the committed context
+    assert sglang["context"] == f"${{CONTEXTS}}/sglang--{dotted}"
     assert sglang["contexts"] == {
-        "ascend-images/torch-npu:2.10.0-cann9.0.0-a3-debian12-py3.11-arm64":
-            "target:torch-npu--2_10_0-cann9_0_0-a3-debian12-py3_11-arm64",
-        "artifacts": "${BAKE_INPUTS}/sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64/artifacts",
-        "wheels": "${BAKE_INPUTS}/sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64/wheels"}
+        f"ascend-images/torch-npu:{torch_tail}": "target:torch-npu--" + torch_tail.replace(".", "_"),
+        "artifacts": f"${{BAKE_INPUTS}}/{name}/artifacts",
+        "wheels": f"${{BAKE_INPUTS}}/{name}/wheels"}
     assert sglang["platforms"] == ["linux/arm64"]
-    assert sglang["tags"] == ["${NAMESPACE}/sglang:0.5.17-cann9.0.0-a3-debian12-py3.11-arm64"]
+    assert sglang["tags"] == [f"${{NAMESPACE}}/sglang:{dotted}"]
     assert sglang["args"] == {"SOURCE_DATE_EPOCH": "${SOURCE_DATE_EPOCH}", "INSTALLER_BASE": "${INSTALLER_BASE}"}
     # the chain down to the OS: each target's parent is a target of the file, and every context directory is committed
-    chain, name = [], "sglang--0_5_17-cann9_0_0-a3-debian12-py3_11-arm64"
+    chain = []
     while name:
         chain.append(name.split("--")[0])
         assert (ROOT / targets[name]["context"].replace("${CONTEXTS}", "rendered") / "Dockerfile").is_file()
@@ -89,9 +101,9 @@ def test_the_bake_file_chains_the_stages_and_takes_its_inputs_as_variables():
     assert bake["variable"]["BAKE_INPUTS"] == {"default": "build/bake-inputs"}  # where `invoke fetch` lays them out
     assert bake["variable"]["CONTEXTS"] == {"default": "rendered"}
     assert bake["variable"]["NAMESPACE"] == {"default": "ascend-images"}
-    assert targets["cann--9_0_0-a3-debian12-py3_11-arm64"]["contexts"] == {
-        "ascend-images/cann-install:9.0.0-a3-debian12-py3.11-arm64":
-            "target:cann-install--9_0_0-a3-debian12-py3_11-arm64"}  # mounts no input
+    cann_tail = f"{cann}-a3-debian12-py3.11-arm64"
+    assert targets["cann--" + cann_tail.replace(".", "_")]["contexts"] == {
+        f"ascend-images/cann-install:{cann_tail}": "target:cann-install--" + cann_tail.replace(".", "_")}  # no input
 
 
 def context_copies_into_the_image(dockerfile: str) -> list[str]:
