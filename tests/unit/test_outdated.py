@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ascend_images.cli.inputs import show_outdated
 from ascend_images.cli.options import Selection
@@ -308,3 +309,92 @@ def test_a_release_on_no_recorded_line_is_not_ok(index, tmp_path):
     row = rows_by_version(index, path, packages=["sglang"])[("sglang", "0.5.18")]
     assert row["problems"] == ["no NPU line recorded for 0.5.18 (backends.sglang.npu_lines): read its "
                                "docker/npu.Dockerfile and python/pyproject_npu.toml at the tag first"]
+
+
+# --- `outdated --write`: a release judged ok, drafted into matrix.yaml beside the one it follows ----------------------
+RAW = "https://raw.githubusercontent.com/sgl-project/sglang/v{version}/python/pyproject_npu.toml"
+
+
+def text_copy(tmp_path: Path, index) -> Path:
+    """The real matrix.yaml as text (its comments kept), its tag-file URL pointed at the fixture server."""
+    path = matrix_copy(tmp_path, locks=True)
+    text = path.read_text()
+    assert RAW in text
+    path.write_text(text.replace(RAW, index.url("/raw/v{version}/python/pyproject_npu.toml")))
+    return path
+
+
+def draft(index, path: Path, tag_files: dict[str, str] | None = None, **flags) -> tuple[int, list[str]]:
+    from ascend_images.cli.inputs import write_release
+
+    lines: list[str] = []
+
+    def tag_file(version: str, name: str) -> tuple[str | None, str]:
+        return ((tag_files or {}).get(name), "" if tag_files and name in tag_files else "unreachable here")
+
+    code = write_release(Selection(str(path)), lines.append, index_url=index.url("/simple"), packages=["sglang"],
+                         tag_file=tag_file, follow_up=False, **flags)
+    return code, lines
+
+
+def test_a_draft_with_what_cannot_be_read_here_is_refused_until_filled(index, tmp_path):
+    from ascend_images.errors import MatrixError
+    from ascend_images.matrix.model import load_matrix
+
+    path = text_copy(tmp_path, index)
+    before = path.read_text()
+    code, lines = draft(index, path, version="0.5.18", default=False)
+    assert code == 0 and lines[0] == "wrote releases.cann9.0.0-sglang0.5.18: drafted after cann9.0.0-sglang0.5.17"
+    after = path.read_text()
+    # one block inserted after the followed release, every other line as it was
+    added = [line for line in after.splitlines() if line not in before.splitlines()]
+    assert added[0] == "  cann9.0.0-sglang0.5.18:" and sorted(set(before.splitlines()) - set(after.splitlines())) == []
+    assert after.index("  cann9.0.0-sglang0.5.17:") < after.index("  cann9.0.0-sglang0.5.18:") < \
+        after.index("  cann9.1.0-pt2.10.0:")
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(path)
+    problems = str(caught.value)
+    for key in ("backends.sglang.sgl_kernel_npu.tag", "backends.sglang.triton_ascend",
+                "backends.sglang.npu_requirements"):
+        assert f"releases.cann9.0.0-sglang0.5.18.{key}: a placeholder `invoke outdated --write` left" in problems
+    assert "3 value(s) could not be read here" in "\n".join(lines)
+
+
+def test_a_draft_read_from_the_tag_is_a_release_the_matrix_accepts(index, tmp_path):
+    from ascend_images.matrix.model import load_matrix
+
+    path = text_copy(tmp_path, index)
+    project = (b'[build-system]\nrequires = ["setuptools>=61.0", "wheel"]\n[project]\nname = "sglang"\n'
+               b'requires-python = ">=3.10"\ndependencies = ["numpy", "xgrammar==0.2.1"]\n'
+               b'[project.optional-dependencies]\nsrt_npu = []\n').decode()
+    files = {".github/workflows/release-docker-npu.yml": "          SGLANG_KERNEL_NPU_TAG=2026.7.27\n",
+             "docker/npu.Dockerfile": "RUN pip install triton-ascend==3.2.1.dev20260530 --extra-index-url x\n",
+             "python/pyproject_npu.toml": project}
+    code, lines = draft(index, path, files, version="0.5.18", default=True)
+    assert code == 0 and not [line for line in lines if "placeholder" in line]
+    matrix = load_matrix(path)  # no placeholder, every rule's input in place
+    pins = matrix.spec.releases["cann9.0.0-sglang0.5.18"].backends.sglang
+    assert (pins.sglang, pins.sgl_kernel_npu.tag, pins.triton_ascend, pins.tree) == \
+        ("0.5.18", "2026.7.27", "3.2.1.dev20260530", "git-tag")
+    release = matrix.spec.releases["cann9.0.0-sglang0.5.18"]
+    assert (release.cann, release.torch_npu) == ("9.0.0", "2.10.0")  # the NPU line's, SG (written out by hand)
+    listed = yaml.safe_load((tmp_path / "upstream" / "sglang-0.5.18-pyproject_npu.yaml").read_text())
+    assert listed["dependencies"] == ["numpy", "xgrammar==0.2.1"] and listed["srt_npu"] == []
+    assert listed["build-system-requires"] == ["setuptools>=61.0", "wheel"]
+    # --default: both devices' SGLang default and CI's published entry moved; CI's test entry names no release
+    assert {per["sglang"] for per in matrix.spec.defaults.release.values()} == {"cann9.0.0-sglang0.5.18"}
+    assert [e.release for e in matrix.spec.ci.publish if e.backend == "sglang"] == ["cann9.0.0-sglang0.5.18"]
+    # run again: the draft is kept, nothing drafted twice
+    code, lines = draft(index, path, files, version="0.5.18", default=True)
+    assert lines[0] == "releases.cann9.0.0-sglang0.5.18: in matrix.yaml already, filled; going on from it"
+    assert path.read_text().count("  cann9.0.0-sglang0.5.18:") == 1
+
+
+def test_a_release_not_judged_ok_is_not_drafted(index, tmp_path):
+    from ascend_images.errors import SelectionError
+
+    path = text_copy(tmp_path, index)
+    before = path.read_text()
+    with pytest.raises(SelectionError, match=r"sglang 0.5.22 is not `ok`: blocked: NPU line is Python 3.12"):
+        draft(index, path, version="0.5.22", default=False)
+    assert path.read_text() == before

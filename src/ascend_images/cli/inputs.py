@@ -8,7 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ascend_images.cli.options import LockFlags, Selection, SourceFlags, checked_path, output_path, whole_number
+from ascend_images.cli.options import (
+    LockFlags,
+    Selection,
+    SourceFlags,
+    checked_path,
+    output_path,
+    refuse_moot,
+    whole_number,
+)
 from ascend_images.cli.taskdef import MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import Steps, note
 from ascend_images.errors import AscendImagesError, SelectionError
@@ -91,14 +99,97 @@ def lock(c, release=None, backend=None, arch=None, check=False, index_url=None, 
 
 @task(help={"matrix": MATRIX_HELP, "index_url": "the PEP 503 index to ask (default PyPI)",
             "package": "only this package (repeatable): torch-npu, torch, vllm, vllm-ascend, triton-ascend, sglang",
-            "pre": "include pre-releases", "limit": "newest N releases per package (default 5)", "json": "print JSON"},
+            "pre": "include pre-releases", "limit": "newest N releases per package (default 5)", "json": "print JSON",
+            "write": "draft the newest release judged ok (or --version's) of the one --package (sglang or "
+                     "vllm-ascend) into matrix.yaml, then lock, render and regenerate the docs",
+            "version": "with --write: the release to draft", "default": "with --write: make it the default, and "
+                                                                        "CI's"},
       iterable=["package"])
-def outdated(c, matrix=None, index_url="https://pypi.org/simple", package=None, pre=False, limit="5", json=False):
+def outdated(c, matrix=None, index_url="https://pypi.org/simple", package=None, pre=False, limit="5", json=False,
+             write=False, version=None, default=False):
     """Newer releases of what the matrix pins: platforms, sdist, what they pin, and what blocks a build."""
     from ascend_images.inputs.pypi import checked_index_url
 
-    run_body(show_outdated, Selection(matrix), print, index_url=run_body(checked_index_url, "--index-url", index_url),
-             packages=list(package or []), pre=pre, limit=run_body(whole_number, "--limit", limit, 1), as_json=json)
+    url = run_body(checked_index_url, "--index-url", index_url)
+    if not write:
+        run_body(refuse_moot, {"--version": version, "--default": default or None}, "without --write")
+        run_body(show_outdated, Selection(matrix), print, index_url=url, packages=list(package or []), pre=pre,
+                 limit=run_body(whole_number, "--limit", limit, 1), as_json=json)
+        return
+    exit_with(run_body(write_release, Selection(matrix), print, index_url=url, packages=list(package or []),
+                       version=version, default=default, pre=pre))
+
+
+def write_release(sel: Selection, out: Out, *, index_url: str, packages: list[str], version: str | None,
+                  default: bool, pre: bool = False, tag_file=None, follow_up: bool = True) -> int:
+    """`outdated --write`: the draft, then (with nothing left to fill) the rules, the locks, the renders and the
+    generated docs, each a command of this tool; 0 when it is drafted, whether or not a person must fill it."""
+    from ascend_images.inputs.draft import Draft, draft_release, followed_release, releases_of, write_draft
+    from ascend_images.inputs.outdated import outdated
+    from ascend_images.inputs.sglangline import read_project_file
+
+    if len(packages) != 1 or packages[0] not in ("sglang", "vllm-ascend"):
+        raise SelectionError("--write drafts one backend release: give --package sglang or --package vllm-ascend")
+    matrix = sel.load()  # a draft whose placeholders are not all filled stops here, naming each
+    drafted = [name for name, v in releases_of(matrix, packages[0]).items() if v == version]
+    if drafted:  # drafted before, and filled since: go on from it
+        out(f"releases.{drafted[0]}: in {matrix.path.name} already, filled; going on from it")
+        if default:
+            follows = followed_release(matrix, packages[0], below=version)
+            for line in write_draft(matrix.path, Draft(drafted[0], follows, {}), default=True):
+                out(f"wrote {line}")
+        return run_follow_ups(sel, drafted[0], out) if follow_up else 0
+    rows = outdated(matrix, index_url, note, packages=packages, pre=pre, limit=50)
+    if version is not None:
+        rows = [r for r in rows if r.version == version]
+        if not rows:
+            raise SelectionError(f"--version {version}: not a {packages[0]} release newer than the matrix's on "
+                                 f"{index_url}")
+    else:
+        rows = [r for r in rows if not r.problems][:1]
+        if not rows:
+            raise SelectionError(f"no newer {packages[0]} release is judged ok (invoke outdated --package "
+                                 f"{packages[0]} says why)")
+    tag_url = "https://raw.githubusercontent.com/sgl-project/sglang/v{version}/{path}"
+    tag_file = tag_file or (lambda v, path: read_project_file(tag_url.format(version=v, path=path)))
+    draft = draft_release(matrix, rows[0], tag_file)
+    for line in write_draft(matrix.path, draft, default):
+        out(f"wrote {line}")
+    if draft.unread:
+        out(f"{len(draft.unread)} value(s) could not be read here, left as marked placeholders that `invoke matrix` "
+            "refuses until they are filled:")
+        for item in draft.unread:
+            out(f"  - {item}")
+    out(f"review: {draft.name}'s values and sources against upstream's release (docker/npu.Dockerfile, the wheel's "
+        "metadata), and the test doubles' facts for it (tests/fixtures/release_facts.yaml, docs/matrix.md)")
+    if draft.placeholders:
+        out(f"then run: invoke outdated --write --package {packages[0]} --version {rows[0].version}"
+            + (" --default" if default else "") + " (it keeps the draft and goes on)")
+        return 0
+    if follow_up:
+        return run_follow_ups(sel, draft.name, out)
+    return 0
+
+
+def run_follow_ups(sel: Selection, release: str, out: Out) -> int:
+    """The rules, the new release's locks (the arches its followed release is locked for), the committed renders and
+    the generated docs, each as its own command, stopping at the first that fails (its tail shown)."""
+    import subprocess
+    import sys
+
+    invoke = str(Path(sys.executable).with_name("invoke"))
+    matrix = ["--matrix", sel.matrix] if sel.matrix else []
+    steps = [[invoke, "matrix", *matrix], [invoke, "lock", "--release", release, "--arch", "aarch64", *matrix],
+             [invoke, "render", "--update", *matrix], [invoke, "readme"]]
+    for i, argv in enumerate(steps, 1):
+        out(f"[{i}/{len(steps)}] {' '.join(argv[1:])}")
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+            out("\n".join(tail))
+            out(f"failed: {' '.join(argv[1:])} (exit {done.returncode}); fix it, then run the rest")
+            return done.returncode
+    return 0
 
 
 def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None, record: bool = False,

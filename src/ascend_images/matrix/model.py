@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ascend_images.errors import MatrixError
+from ascend_images.matrix.placeholders import placeholders
 from ascend_images.matrix.schema import (
     ArchSpec,
     CannReleaseSpec,
@@ -77,6 +78,8 @@ def load_matrix(path: str | Path = DEFAULT_MATRIX) -> Matrix:
         raise MatrixError(str(path), [str(exc)]) from None
     if not isinstance(raw, dict):
         raise MatrixError(str(path), [f"top level must be a mapping, got {type(raw).__name__}"])
+    if unfilled := placeholders(raw):
+        raise MatrixError(str(path), unfilled)
     try:
         spec = MatrixSpec.model_validate(raw)
     except ValidationError as exc:
