@@ -6,8 +6,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # this checkout's code, installed or not
 
-from ascend_images.cli.collection import tasks
+from ascend_images.cli.entry import namespace
 from ascend_images.cli.program import install_suggestions
 
 install_suggestions()  # `invoke biuld` and `invoke build --devcie` name the nearest task or flag, as ascend-images does
-ns = tasks()
+ns = namespace()

@@ -22,7 +22,7 @@ def run_invoke(argv: list[str]) -> Result:
 
 
 def run_ascend_images(argv: list[str]) -> Result:
-    from ascend_images.cli.program import main
+    from ascend_images.cli.entry import main
 
     return _run(lambda: main(["ascend-images", *argv]))
 

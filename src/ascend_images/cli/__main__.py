@@ -1,3 +1,3 @@
-from ascend_images.cli.program import main
+from ascend_images.cli.entry import main
 
 main()

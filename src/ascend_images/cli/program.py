@@ -13,9 +13,7 @@ import ast
 import difflib
 import functools
 import logging
-import os
 import re
-import sys
 from collections.abc import Callable, Iterable
 
 from invoke import Exit, Program
@@ -204,18 +202,3 @@ class AscendImagesProgram(Program):
 
     def print_version(self) -> None:
         print(version_line())
-
-
-def main(argv: list[str] | None = None) -> None:
-    from ascend_images.cli.collection import tasks
-
-    install_suggestions()
-    try:
-        AscendImagesProgram(name=NAME, binary=NAME, binary_names=[NAME], namespace=tasks(), version=version()).run(argv)
-    except BrokenPipeError:  # `ascend-images ... | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
-
-
-if __name__ == "__main__":
-    main()

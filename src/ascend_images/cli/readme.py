@@ -17,7 +17,7 @@ from ascend_images.checkout import ROOT as PROJECT_ROOT
 from ascend_images.cli.flags import SHORT_FLAGS
 from ascend_images.cli.options import Selection
 from ascend_images.cli.project import project_path
-from ascend_images.cli.taskdef import MATRIX_HELP, exit_with, run_body, task
+from ascend_images.cli.taskdef import DOC_SECTIONS, MATRIX_HELP, exit_with, run_body, task
 from ascend_images.errors import AscendImagesError
 from ascend_images.matrix.model import Matrix
 
@@ -166,11 +166,9 @@ def all_sections(sel: Selection, root: Path = PROJECT_ROOT) -> dict[str, Callabl
     the command line's (cli/clidoc.py)."""
     from functools import cache
 
-    from ascend_images.cli import clidoc
-
     load = cache(sel.load)
     made = {name: (lambda make=make: make(load(), root)) for name, make in SECTIONS.items()}
-    return {**made, **clidoc.SECTIONS}
+    return {**made, **DOC_SECTIONS}  # the command line's, registered by cli/entry.py above the tasks
 
 
 def write_documents(sel: Selection, out: Out, paths: list[Path], root: Path = PROJECT_ROOT,

@@ -28,6 +28,10 @@ from ascend_images.cli.flags import short_flag
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags
 from ascend_images.errors import AscendImagesError
 
+# generated documentation sections of the command line itself (cli/clidoc.py), registered by cli/entry.py, the one
+# module above the task collection: a task module below it (readme) reads them here without importing upward
+DOC_SECTIONS: dict[str, Callable[[], str]] = {}
+
 OK = 0
 FOUND_PROBLEMS = 1
 USAGE_ERROR = VALUE_ERROR = 2  # a value a flag names, or a file it names, is part of the command line
