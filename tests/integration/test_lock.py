@@ -127,7 +127,8 @@ def test_a_third_framework_is_data_and_locks_and_renders_through_the_same_path(t
                                        "backends": ["vllm"], "source": "this test"}
         data["releases"]["cann9.1.0-pt2.10.0"]["frameworks"]["probe"] = {
             "version": "1.0", "backends": ["vllm"], "packages": ["colorama==0.4.6"], "source": "this test"}
-        data["env"]["framework"]["probe"] = {"PROBE_RL_LEVEL": {"value": "2", "source": "this test"}}
+        reader = {"package": "colorama", "source": "this test"}  # what the probe framework ships
+        data["env"]["framework"]["probe"] = {"PROBE_RL_LEVEL": {"value": "2", "source": "this test", "reader": reader}}
 
     matrix = load_matrix(matrix_copy(tmp_path, probe, locks=True))
     (v,) = select(matrix, device="a3", backend="vllm", framework="probe", release="cann9.1.0-pt2.10.0",

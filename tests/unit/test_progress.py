@@ -269,3 +269,23 @@ def test_a_bakes_rawjson_is_told_apart_by_target_and_a_shared_step_logged_in_eac
     assert (one.steps_run, two.steps_run) == (1, 1)
     demux.finish({"t1": None, "t1-x": "t1"})
     assert (one.steps_run, two.steps_run) == (1, 0)
+
+
+def test_a_name_another_build_created_that_moment_is_told_from_a_failed_step(tmp_path):
+    """Two builds on one engine exporting one image at one moment: the containerd image store refuses the second name
+    (moby, BuildKit 0.13: `image "docker.io/ns/base:x": already exists`, as CI's overlapping builds met it). Only a
+    build whose every failure is that one is baked again; a failed RUN is not."""
+    from ascend_images.builder.build import lost_naming_race
+
+    def stage(name: str, error: str) -> StageProgress:
+        with StageProgress("[1/2 base]", tmp_path / f"{name}.log", lambda line: None) as progress:
+            progress.event({"vertexes": [vertex(f"sha256:{name}", "exporting to image", completed=True,
+                                                error=error)]})
+        return progress
+
+    race = stage("a", 'image "docker.io/ns/base:debian12-py3.11-amd64": already exists')
+    cancelled = stage("b", "context canceled")
+    failed = stage("c", "process did not complete successfully: exit code: 1")
+    assert lost_naming_race([race, cancelled])
+    assert not lost_naming_race([race, failed])
+    assert not lost_naming_race([cancelled])

@@ -24,10 +24,11 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -93,6 +94,17 @@ def _first_failure(plan: BuildPlan, progresses: dict[str, StageProgress]) -> tup
     digest, step, error = next((f for f in found if "context canceled" not in f[2]), found[0])
     stage = next(s for s in plan.stages if progresses[target_name(s)].has(digest))
     return stage, progresses[target_name(stage)], step, error
+
+
+NAMING_RACE = re.compile(r'image "[^"]+": already exists')
+
+
+def lost_naming_race(progresses: Iterable[StageProgress]) -> bool:
+    """Did every step that failed for a reason of its own fail at naming its image, because another build had just
+    created that name?"""
+    errors = [error for progress in progresses for _, _, error in progress.failed_steps()]
+    own = [e for e in errors if "context canceled" not in e]
+    return bool(own) and all(NAMING_RACE.search(e) for e in own)
 
 
 def source_date(matrix: Matrix) -> SourceDate:
@@ -231,9 +243,22 @@ class Builder:
 
     def _bake(self, plan: BuildPlan, files: tuple[Path, ...],
               metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress]]:
+        outcome, progresses, tail = self._bake_once(plan, files, metadata, "")
+        if not outcome.interrupted and outcome.returncode != 0 and lost_naming_race(progresses.values()):
+            # two builds on one engine exporting the same image at one moment: the containerd image store creates the
+            # name for one and refuses the other ("already exists"); the second try finds every step in the cache
+            self.out("another build on this engine named the same image at the same moment (the containerd image "
+                     "store refused the second name): baking once more, from the cache")
+            outcome, progresses, tail = self._bake_once(plan, files, metadata, "-again")
+        self._raise_for(plan, outcome, progresses, tail)
+        return outcome, progresses
+
+    def _bake_once(self, plan: BuildPlan, files: tuple[Path, ...], metadata: Path,
+                   suffix: str) -> tuple[bake.BakeOutcome, dict[str, StageProgress], str]:
         total = len(plan.stages)
         progresses = {target_name(stage): StageProgress(f"[{i}/{total} {stage.kind}]",
-                                                        self.log_dir / f"{i:02d}-{stage.slug}.log", self.progress)
+                                                        self.log_dir / f"{i:02d}-{stage.slug}{suffix}.log",
+                                                        self.progress)
                       for i, stage in enumerate(plan.stages, 1)}
         builder = self.settings.builder
         command = bake.BakeCommand(files, tuple(progresses), self.variables(plan, files[0].parent),
@@ -245,13 +270,12 @@ class Builder:
         with contextlib.ExitStack() as stack:
             for progress in progresses.values():
                 stack.enter_context(progress)
-            log = stack.enter_context(StageProgress("[bake]", self.log_dir / "bake.log", self.progress))
+            log = stack.enter_context(StageProgress("[bake]", self.log_dir / f"bake{suffix}.log", self.progress))
             demux = BakeProgress(progresses, log)
             outcome = bake.run(command, demux)
             demux.finish({target_name(s): target_name(s.parent) if s.parent else None for s in plan.stages})
             tail = log.tail()
-        self._raise_for(plan, outcome, progresses, tail)
-        return outcome, progresses
+        return outcome, progresses, tail
 
     def _raise_for(self, plan: BuildPlan, outcome: bake.BakeOutcome, progresses: dict[str, StageProgress],
                    bake_tail: str) -> None:
