@@ -18,6 +18,7 @@ from ascend_images.cli.inputs import show_outdated
 from ascend_images.cli.options import Selection
 from ascend_images.inputs.outdated import pinned_versions
 from ascend_images.inputs.wheelmeta import read_metadata
+from ascend_images.matrix.model import load_matrix
 from tests.conftest import ROOT
 from tests.fixtures.httpserver import Server
 from tests.fixtures.matrices import matrix_copy
@@ -37,6 +38,16 @@ def wheel(name: str, version: str, tag: str, requires: list[str], python: str | 
         whl.writestr(f"{info}/RECORD", "")
     return f"{dist}-{version}-{tag}.whl", buffer.getvalue()
 
+
+# SGLang's releases here are keyed by the matrix's default (moving it changes no test): one newer on its NPU line (a
+# post-release of it: upstream's line 0.5.16-0.5.20 is CANN 9.0.0 on Python 3.11), one on the Python 3.12 line
+# (SG PR 40524, from 0.5.21)
+SG_DEFAULT = load_matrix(ROOT / "matrix.yaml").spec.defaults.release["a3"]["sglang"]
+SG_NEWEST = load_matrix(ROOT / "matrix.yaml").spec.releases[SG_DEFAULT].backends.sglang.sglang
+SG_OK, SG_BLOCKED = f"{SG_NEWEST}.post9", "0.6.0"
+SG_DRAFT = SG_DEFAULT.replace(f"sglang{SG_NEWEST}", f"sglang{SG_OK}")
+SG_AFTER = list(load_matrix(ROOT / "matrix.yaml").spec.releases)[
+    list(load_matrix(ROOT / "matrix.yaml").spec.releases).index(SG_DEFAULT) + 1]
 
 # (project, file name, bytes): a small world newer than matrix.yaml, written out by hand
 FILES = [
@@ -60,13 +71,14 @@ FILES = [
                            ["triton-ascend==3.2.3", "torch-npu==2.11.0"])),
     ("vllm", "vllm-0.26.0.tar.gz", b"sdist"),
     ("triton-ascend", *wheel("triton-ascend", "3.2.0", "cp311-cp311-manylinux_2_27_aarch64", [])),
-    ("sglang", *wheel("sglang", "0.5.18", "py3-none-any", ["torch==2.9.1"])),
-    # PyPI's sglang 0.5.22 wheel: the CUDA build, Requires-Python >=3.11, pins torch 2.9.1 (its METADATA, 2026-10-15)
-    ("sglang", *wheel("sglang", "0.5.22", "py3-none-any", ["torch==2.9.1"], python=">=3.11")),
+    # a newer SGLang on the matrix's own NPU line, and one on the line after it (PyPI's wheels are the CUDA build:
+    # this one says Requires-Python >=3.11, as PyPI's 0.5.22 does, and pins torch 2.9.1)
+    ("sglang", *wheel("sglang", SG_OK, "py3-none-any", ["torch==2.9.1"])),
+    ("sglang", *wheel("sglang", SG_BLOCKED, "py3-none-any", ["torch==2.9.1"], python=">=3.11")),
 ]
-# the tags' python/pyproject_npu.toml, where "GitHub" answers: 0.5.18's (requires-python as upstream's at main
-# 00ac7105), none for 0.5.22
-PROJECT_FILES = {"0.5.18": b'[project]\nname = "sglang"\nrequires-python = ">=3.10"\ndependencies = ["numpy"]\n'}
+# the tags' python/pyproject_npu.toml, where "GitHub" answers: SG_OK's (requires-python as upstream's at main
+# 00ac7105), none for SG_BLOCKED
+PROJECT_FILES = {SG_OK: b'[project]\nname = "sglang"\nrequires-python = ">=3.10"\ndependencies = ["numpy"]\n'}
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +135,7 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     rows = rows_by_version(index, matrix)
     assert set(rows) == {("torch-npu", "2.11.0"), ("torch-npu", "2.12.0"), ("torch-npu", "2.13.0rc1"),
                          ("vllm-ascend", "0.24.0"), ("vllm-ascend", "0.25.0"), ("vllm-ascend", "0.26.0"),
-                         ("vllm", "0.24.0"), ("vllm", "0.26.0"), ("sglang", "0.5.18"), ("sglang", "0.5.22")}
+                         ("vllm", "0.24.0"), ("vllm", "0.26.0"), ("sglang", SG_OK), ("sglang", SG_BLOCKED)}
     # ^ nothing the matrix already has or older; the one pre-release newer than every final (upstream's newest rc
     # line), with its verdict like any release
     assert rows[("torch-npu", "2.13.0rc1")]["verdict"] == "ok"
@@ -140,9 +152,9 @@ def test_newer_releases_with_platforms_pins_and_verdicts(index, matrix):
     assert "pins triton-ascend==3.2.2, which this index does not have" in blocked
     assert "vllm 0.25.0 (vllm-ascend's rule) is not on this index" in blocked
     # no sdist (PyPI's sglang wheels are the CUDA build): buildable from the git tag matrix.yaml names
-    assert rows[("sglang", "0.5.18")]["verdict"] == (
+    assert rows[("sglang", SG_OK)]["verdict"] == (
         "ok; NPU line: CANN 9.0.0, Python 3.11, torch_npu 2.10.0, chips 910b, a3; no sdist: build it from its git tag, "
-        "https://github.com/sgl-project/sglang/archive/refs/tags/v0.5.18.tar.gz, with its python/pyproject_npu.toml "
+        f"https://github.com/sgl-project/sglang/archive/refs/tags/v{SG_OK}.tar.gz, with its python/pyproject_npu.toml "
         "transcribed under upstream/ (npu_requirements)")
     vendor = index.url("/vendor/simple")
     assert rows[("vllm-ascend", "0.26.0")]["verdict"] == (
@@ -270,10 +282,10 @@ def test_a_newer_backend_release_says_what_its_env_registry_drops_and_adds(tmp_p
 
 
 def test_sglang_is_judged_by_its_npu_line_not_by_pypis_cuda_wheel(index, matrix):
-    """PyPI's sglang 0.5.22 wheel allows Python 3.11, but upstream's NPU line from 0.5.21 is CANN 9.1.0 on Python
-    3.12 for A3 and 950 (SG PR 40524: sgl-kernel-npu 2026.9.0.post5 built for py312 only; 910b images dropped)."""
+    """PyPI's sglang 0.5.22 wheel allows Python 3.11 (as SG_BLOCKED's here), but upstream's NPU line from 0.5.21 is
+    CANN 9.1.0 on Python 3.12 for A3 and 950 (SG PR 40524: sgl-kernel-npu 2026.9.0.post5 py312 only; 910b dropped)."""
     rows = rows_by_version(index, matrix, packages=["sglang"])
-    row = rows[("sglang", "0.5.22")]
+    row = rows[("sglang", SG_BLOCKED)]
     assert row["problems"] == ["blocked: NPU line is Python 3.12 (sgl-kernel-npu 2026.9.0.post5 py312 only for CANN "
                                "9.1.0; SG PR 40524)"]
     assert row["read_from"].startswith("PyPI's CUDA wheel")
@@ -281,18 +293,18 @@ def test_sglang_is_judged_by_its_npu_line_not_by_pypis_cuda_wheel(index, matrix)
     unread = "its python/pyproject_npu.toml could not be read here (HTTP 404): judged by the recorded line"
     assert unread in row["notes"]
     assert row["verdict"].startswith("blocked: NPU line is Python 3.12")
-    # what the wheel says is said, marked, and judges nothing: 0.5.18's torch==2.9.1 pin is no problem
-    assert rows[("sglang", "0.5.18")]["problems"] == []
-    assert rows[("sglang", "0.5.18")]["pins"] == {"torch": "==2.9.1"}
+    # what the wheel says is said, marked, and judges nothing: its torch==2.9.1 pin is no problem
+    assert rows[("sglang", SG_OK)]["problems"] == []
+    assert rows[("sglang", SG_OK)]["pins"] == {"torch": "==2.9.1"}
 
 
 def test_a_tag_project_file_that_excludes_the_python_blocks_the_release(index, matrix):
-    path = "/raw/v0.5.18/python/pyproject_npu.toml"
+    path = f"/raw/v{SG_OK}/python/pyproject_npu.toml"
     index.files[path] = b'[project]\nrequires-python = ">=3.12"\ndependencies = ["torch-npu==2.10.0.post6"]\n'
     try:
-        row = rows_by_version(index, matrix, packages=["sglang"])[("sglang", "0.5.18")]
+        row = rows_by_version(index, matrix, packages=["sglang"])[("sglang", SG_OK)]
     finally:
-        index.files[path] = PROJECT_FILES["0.5.18"]
+        index.files[path] = PROJECT_FILES[SG_OK]
     assert row["problems"] == ["the tag's python/pyproject_npu.toml excludes Python 3.11 (>=3.12)"]
     assert "the tag's python/pyproject_npu.toml pins torch-npu==2.10.0.post6" in row["notes"]
 
@@ -306,8 +318,8 @@ def test_a_release_on_no_recorded_line_is_not_ok(index, tmp_path):
         data["backends"]["sglang"]["artifacts"]["npu_project_file"]["url"] = \
             index.url("/raw/v{version}/python/pyproject_npu.toml")
     path = matrix_copy(tmp_path, no_lines, locks=True)
-    row = rows_by_version(index, path, packages=["sglang"])[("sglang", "0.5.18")]
-    assert row["problems"] == ["no NPU line recorded for 0.5.18 (backends.sglang.npu_lines): read its "
+    row = rows_by_version(index, path, packages=["sglang"])[("sglang", SG_OK)]
+    assert row["problems"] == [f"no NPU line recorded for {SG_OK} (backends.sglang.npu_lines): read its "
                                "docker/npu.Dockerfile and python/pyproject_npu.toml at the tag first"]
 
 
@@ -343,20 +355,19 @@ def test_a_draft_with_what_cannot_be_read_here_is_refused_until_filled(index, tm
 
     path = text_copy(tmp_path, index)
     before = path.read_text()
-    code, lines = draft(index, path, version="0.5.18", default=False)
-    assert code == 0 and lines[0] == "wrote releases.cann9.0.0-sglang0.5.18: drafted after cann9.0.0-sglang0.5.17"
+    code, lines = draft(index, path, version=SG_OK, default=False)
+    assert code == 0 and lines[0] == f"wrote releases.{SG_DRAFT}: drafted after {SG_DEFAULT}"
     after = path.read_text()
     # one block inserted after the followed release, every other line as it was
     added = [line for line in after.splitlines() if line not in before.splitlines()]
-    assert added[0] == "  cann9.0.0-sglang0.5.18:" and sorted(set(before.splitlines()) - set(after.splitlines())) == []
-    assert after.index("  cann9.0.0-sglang0.5.17:") < after.index("  cann9.0.0-sglang0.5.18:") < \
-        after.index("  cann9.1.0-pt2.10.0:")
+    assert added[0] == f"  {SG_DRAFT}:" and sorted(set(before.splitlines()) - set(after.splitlines())) == []
+    assert after.index(f"  {SG_DEFAULT}:") < after.index(f"  {SG_DRAFT}:") < after.index(f"  {SG_AFTER}:")
     with pytest.raises(MatrixError) as caught:
         load_matrix(path)
     problems = str(caught.value)
     for key in ("backends.sglang.sgl_kernel_npu.tag", "backends.sglang.triton_ascend",
                 "backends.sglang.npu_requirements"):
-        assert f"releases.cann9.0.0-sglang0.5.18.{key}: a placeholder `invoke outdated --write` left" in problems
+        assert f"releases.{SG_DRAFT}.{key}: a placeholder `invoke outdated --write` left" in problems
     assert "3 value(s) could not be read here" in "\n".join(lines)
 
 
@@ -370,24 +381,24 @@ def test_a_draft_read_from_the_tag_is_a_release_the_matrix_accepts(index, tmp_pa
     files = {".github/workflows/release-docker-npu.yml": "          SGLANG_KERNEL_NPU_TAG=2026.7.27\n",
              "docker/npu.Dockerfile": "RUN pip install triton-ascend==3.2.1.dev20260530 --extra-index-url x\n",
              "python/pyproject_npu.toml": project}
-    code, lines = draft(index, path, files, version="0.5.18", default=True)
+    code, lines = draft(index, path, files, version=SG_OK, default=True)
     assert code == 0 and not [line for line in lines if "placeholder" in line]
     matrix = load_matrix(path)  # no placeholder, every rule's input in place
-    pins = matrix.spec.releases["cann9.0.0-sglang0.5.18"].backends.sglang
+    pins = matrix.spec.releases[SG_DRAFT].backends.sglang
     assert (pins.sglang, pins.sgl_kernel_npu.tag, pins.triton_ascend, pins.tree) == \
-        ("0.5.18", "2026.7.27", "3.2.1.dev20260530", "git-tag")
-    release = matrix.spec.releases["cann9.0.0-sglang0.5.18"]
+        (SG_OK, "2026.7.27", "3.2.1.dev20260530", "git-tag")
+    release = matrix.spec.releases[SG_DRAFT]
     assert (release.cann, release.torch_npu) == ("9.0.0", "2.10.0")  # the NPU line's, SG (written out by hand)
-    listed = yaml.safe_load((tmp_path / "upstream" / "sglang-0.5.18-pyproject_npu.yaml").read_text())
+    listed = yaml.safe_load((tmp_path / "upstream" / f"sglang-{SG_OK}-pyproject_npu.yaml").read_text())
     assert listed["dependencies"] == ["numpy", "xgrammar==0.2.1"] and listed["srt_npu"] == []
     assert listed["build-system-requires"] == ["setuptools>=61.0", "wheel"]
     # --default: both devices' SGLang default and CI's published entry moved; CI's test entry names no release
-    assert {per["sglang"] for per in matrix.spec.defaults.release.values()} == {"cann9.0.0-sglang0.5.18"}
-    assert [e.release for e in matrix.spec.ci.publish if e.backend == "sglang"] == ["cann9.0.0-sglang0.5.18"]
+    assert {per["sglang"] for per in matrix.spec.defaults.release.values()} == {SG_DRAFT}
+    assert [e.release for e in matrix.spec.ci.publish if e.backend == "sglang"] == [SG_DRAFT]
     # run again: the draft is kept, nothing drafted twice
-    code, lines = draft(index, path, files, version="0.5.18", default=True)
-    assert lines[0] == "releases.cann9.0.0-sglang0.5.18: in matrix.yaml already, filled; going on from it"
-    assert path.read_text().count("  cann9.0.0-sglang0.5.18:") == 1
+    code, lines = draft(index, path, files, version=SG_OK, default=True)
+    assert lines[0] == f"releases.{SG_DRAFT}: in matrix.yaml already, filled; going on from it"
+    assert path.read_text().count(f"  {SG_DRAFT}:") == 1
 
 
 def test_a_release_not_judged_ok_is_not_drafted(index, tmp_path):
@@ -395,6 +406,6 @@ def test_a_release_not_judged_ok_is_not_drafted(index, tmp_path):
 
     path = text_copy(tmp_path, index)
     before = path.read_text()
-    with pytest.raises(SelectionError, match=r"sglang 0.5.22 is not `ok`: blocked: NPU line is Python 3.12"):
-        draft(index, path, version="0.5.22", default=False)
+    with pytest.raises(SelectionError, match=rf"sglang {SG_BLOCKED} is not `ok`: blocked: NPU line is Python 3.12"):
+        draft(index, path, version=SG_BLOCKED, default=False)
     assert path.read_text() == before

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ascend_images.cli.build import build_selection
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags
@@ -29,7 +30,7 @@ from tests.fixtures.cann_stubs.stub_source import (
 )
 from tests.fixtures.fake_cann.make_packages import MARKER_FILE, load_facts, write_packages
 from tests.fixtures.fake_sgl_kernel_npu.make_zips import write_zips
-from tests.fixtures.fake_sglang_tag.make_archive import write_archive
+from tests.fixtures.fake_sglang_tag.make_archive import default_versions, write_archive
 from tests.fixtures.fake_triton_ascend.make_wheel import write_wheels
 from tests.image.test_cann_golden import golden_env
 
@@ -143,10 +144,15 @@ def test_fake_kernel_zip_has_the_release_name_and_three_wheels(tmp_path):
 
 def test_images_built_from_doubles_carry_the_label(tmp_path):
     """Every stage from CANN down names the doubles below it; the base (no CANN) does not."""
-    write_packages(tmp_path / "cann", cann=["9.0.0"], chips=["a3"], arches=["aarch64"])
+    # the A3 SGLang default, and what upstream pairs with its version (tests/fixtures/release_facts.yaml)
+    (version,) = default_versions()
+    facts = yaml.safe_load((ROOT / "tests" / "fixtures" / "release_facts.yaml").read_text())
+    sglang = facts["sglang"][version]
+    cann, tag, torch = sglang["cann"], sglang["sgl_kernel_npu"], facts["torch-npu"][sglang["torch_npu"]]["torch"]
+    write_packages(tmp_path / "cann", cann=[cann], chips=["a3"], arches=["aarch64"])
     write_zips(tmp_path / "artifacts", arches=["aarch64"])
     write_wheels(tmp_path / "artifacts", arches=["aarch64"])
-    write_archive(tmp_path / "artifacts", "0.5.17")
+    write_archive(tmp_path / "artifacts", version)
     sel = Selection(matrix=str(ROOT / "matrix.yaml"), device="a3", backend="sglang", arch="aarch64")
     flags = SourceFlags(cann_dir=str(tmp_path / "cann"), artifacts_dir=str(tmp_path / "artifacts"),
                             cache_dir=str(tmp_path / "cache"))
@@ -171,12 +177,12 @@ def test_images_built_from_doubles_carry_the_label(tmp_path):
     downloads = {kind: expanded(kind, own[f"io.ascend-images.downloads.{kind}"]) for kind, own in contexts.items()
                  if f"io.ascend-images.downloads.{kind}" in own}
     assert downloads == {
-        "cann-install": on_disk("cann", "Ascend-cann-toolkit_9.0.0_linux-aarch64.run",
-                                "Ascend-cann-A3-ops_9.0.0_linux-aarch64.run",
-                                "Ascend-cann-nnal_9.0.0_linux-aarch64.run"),
-        "sglang": on_disk("artifacts", "sgl-kernel-npu-2026.7.27-torch2.10.0-py311-cann9.0.0-a3-aarch64.zip",
-                          "triton_ascend-3.2.1.dev20260530-cp311-cp311-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl",
-                          "sglang-v0.5.17.tar.gz"),
+        "cann-install": on_disk("cann", f"Ascend-cann-toolkit_{cann}_linux-aarch64.run",
+                                f"Ascend-cann-A3-ops_{cann}_linux-aarch64.run",
+                                f"Ascend-cann-nnal_{cann}_linux-aarch64.run"),
+        "sglang": on_disk("artifacts", f"sgl-kernel-npu-{tag}-torch{torch}-py311-cann{cann}-a3-aarch64.zip",
+                          f"triton_ascend-{sglang['triton_ascend']}-cp311-cp311-manylinux_2_27_aarch64."
+                          "manylinux_2_28_aarch64.whl", f"sglang-v{version}.tar.gz"),
     }
     # the same packages without the marker file: a real CANN directory, no label
     (tmp_path / "cann" / MARKER_FILE).unlink()
