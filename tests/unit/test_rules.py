@@ -8,6 +8,7 @@ from ascend_images.matrix.rules import RULES_BY_ID, enforce
 from .helpers import variant
 
 R85 = "cann8.5.0-pt2.8.0"
+SG20 = "cann9.0.0-sglang0.5.20"  # SGLang 0.5.20 on its NPU line (SG: CANN 9.0.0, Python 3.11, 910b and a3)
 
 
 def set_release(name, **changes):
@@ -72,6 +73,11 @@ CASES = [
     ("sglang-min-version", dict(release=R85, backend="sglang"),
      (set_pins(R85, "sglang", sglang="0.5.5"), dict(release=R85, backend="sglang")),
      "sglang 0.5.5 has no NPU support; valid: sglang >= 0.5.6"),
+    # SG: the 0.5.16-0.5.20 line is built for 910b and a3; a line without 910b (as PR 40524's from 0.5.21) refuses A2
+    ("sglang-npu-line", dict(release=SG20, backend="sglang", device="a2"),
+     (lambda d: d["backends"]["sglang"]["npu_lines"][0].update(chips=["a3"]),
+      dict(release=SG20, backend="sglang", device="a2")),
+     "upstream builds SGLang 0.5.20's NPU images for a3, not 910b (a2): its NPU line (>=0.5.16,<0.5.21) dropped it"),
     ("hdk-floor-from-cann", dict(release=R85), (set_release(R85, hdk_floor="25.3.RC1"), dict(release=R85)),
      "release declares HDK >= 25.3.RC1 but CANN 8.5.0 needs HDK >= 25.5.0"),
     ("sgl-kernel-npu-coverage", dict(release=R85, backend="sglang"),
@@ -139,3 +145,18 @@ def test_a_pair_whose_cann_no_source_names_is_a_warning_saying_so(tmp_path):
     assert detail == ("torch_npu 2.8.0.post2: no upstream source says which CANN it was released for (matrix.yaml "
                       "torch.pairs has cann: null); the release uses CANN 8.5.0, unconfirmed")
     assert RULES_BY_ID["torch-npu-cann-pair"].severity == "warning"
+
+
+@pytest.mark.parametrize("change,fragment", [
+    # PR 40524's line: Python 3.12 (sgl-kernel-npu 2026.9.0.post5 py312 only), CANN 9.1.0, written out here
+    ({"python": "3.12", "why": "sgl-kernel-npu 2026.9.0.post5 py312 only"},
+     "SGLang 0.5.20's NPU line is Python 3.12, this variant has Python 3.11 "
+     "(sgl-kernel-npu 2026.9.0.post5 py312 only)"),
+    ({"cann": "9.1.0"}, "SGLang 0.5.20's NPU line is CANN 9.1.0, this release has CANN 9.0.0"),
+])
+def test_an_sglang_release_off_its_npu_lines_python_or_cann_is_refused(tmp_path, change, fragment):
+    def mutate(d):
+        d["backends"]["sglang"]["npu_lines"][0].update(change)
+
+    detail = RULES_BY_ID["sglang-npu-line"].check(variant(tmp_path, mutate, release=SG20, backend="sglang"))
+    assert detail == fragment

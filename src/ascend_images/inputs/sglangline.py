@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
 
 from ascend_images.inputs.https import urlopen
 from ascend_images.matrix.schema import NpuLine
@@ -30,8 +29,7 @@ class LineVerdict:
 
 
 def line_of(lines: list[NpuLine], version: str) -> NpuLine | None:
-    return next((line for line in lines if SpecifierSet(line.versions).contains(Version(version), prereleases=True)),
-                None)
+    return next((line for line in lines if line.covers(version)), None)
 
 
 def read_project_file(url: str, timeout: float = 20) -> tuple[str | None, str]:

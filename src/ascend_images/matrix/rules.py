@@ -207,6 +207,25 @@ def _sglang_kernel_cann(v: Variant) -> str | None:
     return None
 
 
+def _sglang_npu_line(v: Variant) -> str | None:
+    pins = _sglang_pins(v)
+    if pins is None:
+        return None
+    line = next((line for line in v.matrix.spec.backends["sglang"].npu_lines if line.covers(pins.sglang)), None)
+    if line is None:  # a release older than the lines recorded: the other rules judge it
+        return None
+    chip = v.device_spec.chip
+    if chip not in line.chips:
+        return (f"upstream builds SGLang {pins.sglang}'s NPU images for {', '.join(line.chips)}, not {chip} "
+                f"({v.device}): its NPU line ({line.versions}) dropped it; valid: a device whose chip is one of those")
+    if line.python != v.python_version:
+        return (f"SGLang {pins.sglang}'s NPU line is Python {line.python}, this variant has Python {v.python_version}"
+                + (f" ({line.why})" if line.why else ""))
+    if ascend(line.cann) != v.cann_version:
+        return f"SGLang {pins.sglang}'s NPU line is CANN {line.cann}, this release has CANN {v.cann_version}"
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule("torch-npu-exact-torch", "error", "torch_npu X.Y.Z[.postN] requires torch == X.Y.Z", "PT",
          _torch_npu_exact_torch),
@@ -228,6 +247,9 @@ RULES: tuple[Rule, ...] = (
          "SG", _sglang_min_version),
     Rule("hdk-floor-from-cann", "error", "the HDK floor is at least the driver CANN was released with", "MF",
          _hdk_floor),
+    Rule("sglang-npu-line", "error", "an SGLang release is built as its NPU line is: that line's chips, Python and "
+         "CANN (backends.sglang.npu_lines)", "SG (docker/npu.Dockerfile, release-docker-npu.yml; PR 40524)",
+         _sglang_npu_line),
     Rule("sgl-kernel-npu-coverage", "error",
          "sgl-kernel-npu publishes release zips for the builds its release matrix lists (backends.sglang."
          "kernel_releases: {kernel_tags} tags)", "SG (sgl-kernel-npu build_and_release.yml at each tag)",

@@ -189,6 +189,9 @@ class NpuLine(Strict):
     why: str | None = None  # what holds the line to its Python, where that is not the base image alone
     source: str
 
+    def covers(self, version: str) -> bool:
+        return SpecifierSet(self.versions).contains(version, prereleases=True)
+
     @field_validator("versions")
     @classmethod
     def _specifier(cls, value: str) -> str:
