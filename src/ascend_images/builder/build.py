@@ -97,6 +97,7 @@ def _first_failure(plan: BuildPlan, progresses: dict[str, StageProgress]) -> tup
 
 
 NAMING_RACE = re.compile(r'image "[^"]+": already exists')
+NAMING_RETRIES = 3  # a chain has a handful of stages; each try gets at least one more of them named
 
 
 def lost_naming_race(progresses: Iterable[StageProgress]) -> bool:
@@ -244,12 +245,16 @@ class Builder:
     def _bake(self, plan: BuildPlan, files: tuple[Path, ...],
               metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress]]:
         outcome, progresses, tail = self._bake_once(plan, files, metadata, "")
-        if not outcome.interrupted and outcome.returncode != 0 and lost_naming_race(progresses.values()):
-            # two builds on one engine exporting the same image at one moment: the containerd image store creates the
-            # name for one and refuses the other ("already exists"); the second try finds every step in the cache
+        tries = 0
+        while (not outcome.interrupted and outcome.returncode != 0 and lost_naming_race(progresses.values())
+               and tries < NAMING_RETRIES):
+            # builds on one engine exporting the same image at one moment: the containerd image store creates the name
+            # for one and refuses the others ("already exists"); a try again finds the steps in the cache, and may
+            # meet the next stage's race while a third build is there too (CI's overlapping builds: three of them)
+            tries += 1
             self.out("another build on this engine named the same image at the same moment (the containerd image "
-                     "store refused the second name): baking once more, from the cache")
-            outcome, progresses, tail = self._bake_once(plan, files, metadata, "-again")
+                     f"store refused the second name): baking once more, from the cache ({tries}/{NAMING_RETRIES})")
+            outcome, progresses, tail = self._bake_once(plan, files, metadata, f"-again{tries}")
         self._raise_for(plan, outcome, progresses, tail)
         return outcome, progresses
 
