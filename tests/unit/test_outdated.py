@@ -42,12 +42,12 @@ def wheel(name: str, version: str, tag: str, requires: list[str], python: str | 
 # SGLang's releases here are keyed by the matrix's default (moving it changes no test): one newer on its NPU line (a
 # post-release of it: upstream's line 0.5.16-0.5.20 is CANN 9.0.0 on Python 3.11), one on the Python 3.12 line
 # (SG PR 40524, from 0.5.21)
-SG_DEFAULT = load_matrix(ROOT / "matrix.yaml").spec.defaults.release["a3"]["sglang"]
-SG_NEWEST = load_matrix(ROOT / "matrix.yaml").spec.releases[SG_DEFAULT].backends.sglang.sglang
+_SPEC = load_matrix(ROOT / "matrix.yaml").spec
+SG_DEFAULT = _SPEC.defaults.release["a3"]["sglang"]
+SG_NEWEST = _SPEC.releases[SG_DEFAULT].backends.sglang.sglang
 SG_OK, SG_BLOCKED = f"{SG_NEWEST}.post9", "0.6.0"
 SG_DRAFT = SG_DEFAULT.replace(f"sglang{SG_NEWEST}", f"sglang{SG_OK}")
-SG_AFTER = list(load_matrix(ROOT / "matrix.yaml").spec.releases)[
-    list(load_matrix(ROOT / "matrix.yaml").spec.releases).index(SG_DEFAULT) + 1]
+SG_AFTER = list(_SPEC.releases)[list(_SPEC.releases).index(SG_DEFAULT) + 1]
 
 # (project, file name, bytes): a small world newer than matrix.yaml, written out by hand
 FILES = [

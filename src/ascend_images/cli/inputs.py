@@ -162,7 +162,9 @@ def write_release(sel: Selection, out: Out, *, index_url: str, packages: list[st
             out(f"  - {item}")
     out(f"review: {draft.name}'s values and sources against upstream's release (docker/npu.Dockerfile, the wheel's "
         "metadata), and the test doubles' facts for it (tests/fixtures/release_facts.yaml, docs/matrix.md)")
-    if draft.placeholders:
+    for item in draft.review:
+        out(f"  - {item}")
+    if draft.unread:
         out(f"then run: invoke outdated --write --package {packages[0]} --version {rows[0].version}"
             + (" --default" if default else "") + " (it keeps the draft and goes on)")
         return 0

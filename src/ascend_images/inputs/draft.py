@@ -23,7 +23,7 @@ from ascend_images.inputs.outdated import Candidate
 from ascend_images.inputs.sglangline import line_of
 from ascend_images.matrix.model import Matrix
 from ascend_images.matrix.placeholders import is_placeholder, placeholder
-from ascend_images.matrix.schema import SglangPins
+from ascend_images.matrix.schema import LockedPins, SglangPins
 
 # (version) -> (the file's text, "") or (None, why not): a file of upstream's tree at the release's tag
 TagFile = Callable[[str, str], tuple[str | None, str]]
@@ -41,10 +41,7 @@ class Draft:
     block: dict  # the release, as matrix.yaml holds it
     files: dict[str, str] = field(default_factory=dict)  # path beside matrix.yaml -> text (upstream transcriptions)
     unread: list[str] = field(default_factory=list)  # what is left as a placeholder, and where to read it
-
-    @property
-    def placeholders(self) -> int:
-        return len(self.unread)
+    review: list[str] = field(default_factory=list)  # what a person must still check, written or not
 
 
 def releases_of(matrix: Matrix, package: str) -> dict[str, str]:
@@ -121,9 +118,7 @@ def draft_sglang(matrix: Matrix, cand: Candidate, tag_file: TagFile) -> Draft:
     pins: dict = {"sglang": version, "tree": "git-tag", "sgl_kernel_npu": {"tag": kernel, "from": "release"},
                   "triton_ascend": triton, "npu_requirements": requirements,
                   "from_sdist": {arch: list(v) for arch, v in old_pins.from_sdist.items()}}
-    if old_pins.overrides:
-        draft.unread.append(f"the overrides {follows} carries ({', '.join(o.requirement for o in old_pins.overrides)}) "
-                            "were not carried over: check whether the new release still needs them")
+    draft.review += overrides_left_behind(follows, old_pins)
     draft.block = {"description": f"SGLang {version} on its NPU line: CANN {line.cann}, torch_npu {line.torch_npu}, "
                                   "from SGLang's git tag",
                    "cann": line.cann, "torch_npu": line.torch_npu, "python": list(old.python),
@@ -137,8 +132,12 @@ def _pin(cand: Candidate, name: str) -> str | None:
     return spec[2:] if spec.startswith("==") else None
 
 
-def pair_known(value: str) -> bool:
-    return not is_placeholder(value)
+def overrides_left_behind(follows: str, pins: LockedPins) -> list[str]:
+    """The followed release's overrides, which a draft does not carry over: a person judges whether they still hold."""
+    if not pins.overrides:
+        return []
+    return [f"the overrides {follows} carries ({', '.join(o.requirement for o in pins.overrides)}) were not carried "
+            "over: check whether the new release still needs them"]
 
 
 def draft_vllm_ascend(matrix: Matrix, cand: Candidate) -> Draft:
@@ -160,13 +159,11 @@ def draft_vllm_ascend(matrix: Matrix, cand: Candidate) -> Draft:
             cann = pair.cann
     wanted = matrix.spec.backends["vllm"].vllm_exceptions.get(version) or [Version(version).base_version]
     vllm = _pin(cand, "vllm") or wanted[0]
-    draft.name = f"cann{cann}-vllm{version}" if pair_known(cann) else f"vllm{version}"
+    draft.name = f"vllm{version}" if is_placeholder(cann) else f"cann{cann}-vllm{version}"
     old_pins = old.backends.vllm
     pins: dict = {"vllm": vllm, "vllm_ascend": version, "triton_ascend": _pin(cand, "triton-ascend"),
                   "from_sdist": {arch: list(v) for arch, v in old_pins.from_sdist.items()}}
-    if old_pins.overrides:
-        draft.unread.append(f"the overrides {follows} carries ({', '.join(o.requirement for o in old_pins.overrides)}) "
-                            "were not carried over: check whether the new release still needs them")
+    draft.review += overrides_left_behind(follows, old_pins)
     draft.block = {"description": f"vLLM-Ascend {version} on CANN {cann} with torch_npu {torch_npu}",
                    "cann": cann, "torch_npu": torch_npu, "python": list(old.python),
                    "backends": {"none": {}, "vllm": pins},
