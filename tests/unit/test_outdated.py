@@ -323,8 +323,23 @@ def test_a_release_on_no_recorded_line_is_not_ok(index, tmp_path):
                                "docker/npu.Dockerfile and python/pyproject_npu.toml at the tag first"]
 
 
+def test_the_tag_files_are_read_where_the_matrix_says_the_project_file_is(index, matrix):
+    from ascend_images.inputs.sglangline import PROJECT_FILE, tag_files
+
+    read = tag_files(load_matrix(matrix).spec.backends["sglang"].artifacts["npu_project_file"])
+    dockerfile = f"/raw/v{SG_OK}/docker/npu.Dockerfile"
+    index.files[dockerfile] = b"RUN pip install triton-ascend==3.2.3\n"
+    try:
+        assert read(SG_OK, PROJECT_FILE) == (PROJECT_FILES[SG_OK].decode(), "")
+        assert read(SG_OK, "docker/npu.Dockerfile") == ("RUN pip install triton-ascend==3.2.3\n", "")
+        assert read(SG_BLOCKED, PROJECT_FILE) == (None, "HTTP 404")
+    finally:
+        del index.files[dockerfile]
+    assert tag_files(None)(SG_OK, PROJECT_FILE)[0] is None
+
+
 # --- `outdated --write`: a release judged ok, drafted into matrix.yaml beside the one it follows ----------------------
-RAW = "https://raw.githubusercontent.com/sgl-project/sglang/v{version}/python/pyproject_npu.toml"
+RAW = _SPEC.backends["sglang"].artifacts["npu_project_file"].url  # the tag's project file: matrix.yaml's address
 
 
 def text_copy(tmp_path: Path, index) -> Path:

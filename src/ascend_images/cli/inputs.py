@@ -126,7 +126,7 @@ def write_release(sel: Selection, out: Out, *, index_url: str, packages: list[st
     generated docs, each a command of this tool; 0 when it is drafted, whether or not a person must fill it."""
     from ascend_images.inputs.draft import Draft, draft_release, followed_release, releases_of, write_draft
     from ascend_images.inputs.outdated import outdated
-    from ascend_images.inputs.sglangline import read_project_file
+    from ascend_images.inputs.sglangline import tag_files
 
     if len(packages) != 1 or packages[0] not in ("sglang", "vllm-ascend"):
         raise SelectionError("--write drafts one backend release: give --package sglang or --package vllm-ascend")
@@ -150,8 +150,7 @@ def write_release(sel: Selection, out: Out, *, index_url: str, packages: list[st
         if not rows:
             raise SelectionError(f"no newer {packages[0]} release is judged ok (invoke outdated --package "
                                  f"{packages[0]} says why)")
-    tag_url = "https://raw.githubusercontent.com/sgl-project/sglang/v{version}/{path}"
-    tag_file = tag_file or (lambda v, path: read_project_file(tag_url.format(version=v, path=path)))
+    tag_file = tag_file or tag_files(matrix.spec.backends["sglang"].artifacts.get("npu_project_file"))
     draft = draft_release(matrix, rows[0], tag_file)
     for line in write_draft(matrix.path, draft, default):
         out(f"wrote {line}")

@@ -20,17 +20,16 @@ from packaging.version import Version
 
 from ascend_images.errors import SelectionError
 from ascend_images.inputs.outdated import Candidate
-from ascend_images.inputs.sglangline import line_of
+from ascend_images.inputs.sglangline import PROJECT_FILE, TagFile, line_of
 from ascend_images.matrix.model import Matrix
 from ascend_images.matrix.placeholders import is_placeholder, placeholder
 from ascend_images.matrix.schema import LockedPins, SglangPins
 
-# (version) -> (the file's text, "") or (None, why not): a file of upstream's tree at the release's tag
-TagFile = Callable[[str, str], tuple[str | None, str]]
+# the files of SGLang's tree at the release's tag a draft reads (a TagFile reads each)
 SGLANG_TAG_FILES = {
     "kernel_tag": ".github/workflows/release-docker-npu.yml",
     "dockerfile": "docker/npu.Dockerfile",
-    "project": "python/pyproject_npu.toml",
+    "project": PROJECT_FILE,
 }
 
 

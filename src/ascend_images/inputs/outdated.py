@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from ascend_images.inputs.envregistry import REGISTRIES, env_change, read_registry
 from ascend_images.inputs.pypi import IndexFile, IndexUnreachableError, PackageIndexError, index_files, normalize
-from ascend_images.inputs.sglangline import CUDA_WHEEL, LineVerdict, judge, read_project_file
+from ascend_images.inputs.sglangline import CUDA_WHEEL, PROJECT_FILE, LineVerdict, judge, tag_files
 from ascend_images.inputs.wheelmeta import WheelMetadataError, read_member, read_metadata
 from ascend_images.matrix.envs import baked_for
 from ascend_images.matrix.model import Matrix
@@ -285,9 +285,10 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
     sglang = matrix.spec.backends["sglang"]
     chips = {name: device.chip for name, device in matrix.spec.devices.items()}
     project_file = sglang.artifacts.get("npu_project_file")
+    read_tag = tag_files(project_file)
 
     def sglang_line(version: str) -> LineVerdict:
-        read = (lambda v: read_project_file(project_file.url.format(version=v))) if project_file else None
+        read = (lambda v: read_tag(v, PROJECT_FILE)) if project_file else None
         return judge(version, sglang.npu_lines, PYTHON, chips, read)
 
     found = []

@@ -16,10 +16,15 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ascend_images.inputs.https import urlopen
-from ascend_images.matrix.schema import NpuLine
+from ascend_images.matrix.schema import ArtifactSpec, NpuLine
 
 # the wheel's own findings are of the CUDA build: said, never a verdict
 CUDA_WHEEL = "PyPI's wheel is the CUDA build, not what the image installs"
+
+# a file of SGLang's tree at a release tag: (version, its path in the tree) -> (its text, "") or (None, why not)
+TagFile = Callable[[str, str], tuple[str | None, str]]
+# the tag's NPU project file, where backends.sglang.artifacts.npu_project_file is in the tree
+PROJECT_FILE = "python/pyproject_npu.toml"
 
 
 @dataclass
@@ -32,8 +37,9 @@ def line_of(lines: list[NpuLine], version: str) -> NpuLine | None:
     return next((line for line in lines if line.covers(version)), None)
 
 
-def read_project_file(url: str, timeout: float = 20) -> tuple[str | None, str]:
-    """(the file's text, "") or (None, why it could not be read): GitHub is out of reach on many build hosts."""
+def read_tag_file(url: str, timeout: float = 20) -> tuple[str | None, str]:
+    """A file of SGLang's tree at a tag, off GitHub: (its text, "") or (None, why it could not be read); GitHub is
+    out of reach on many build hosts."""
     try:
         with urlopen(url, timeout) as answer:
             return answer.read().decode("utf-8"), ""
@@ -41,6 +47,24 @@ def read_project_file(url: str, timeout: float = 20) -> tuple[str | None, str]:
         return None, f"HTTP {exc.code}"
     except (urllib.error.URLError, OSError) as exc:
         return None, str(getattr(exc, "reason", exc))
+
+
+def tag_files(project_file: ArtifactSpec | None) -> TagFile:
+    """SGLang's tree at a release tag, where the matrix says the tag's NPU project file is
+    (backends.sglang.artifacts.npu_project_file, its url formatted with the version): that file at its url, any
+    other file of the tree beside it (the url's PROJECT_FILE replaced by its path); the address is the matrix's
+    only."""
+    def read(version: str, path: str) -> tuple[str | None, str]:
+        if project_file is None:
+            return None, "the matrix has no backends.sglang.artifacts.npu_project_file to read the tag from"
+        if path == PROJECT_FILE:
+            return read_tag_file(project_file.url.format(version=version))
+        if not project_file.url.endswith(f"/{PROJECT_FILE}"):
+            return None, (f"backends.sglang.artifacts.npu_project_file's url does not end in /{PROJECT_FILE}: no "
+                          f"address for {path} beside it")
+        return read_tag_file(project_file.url.removesuffix(PROJECT_FILE).format(version=version) + path)
+
+    return read
 
 
 def _project_findings(text: str, python: str) -> LineVerdict:
