@@ -45,13 +45,36 @@ def npu_image(request):
     return images[0]
 
 
+def passthrough(client, image: str) -> dict:
+    """What `invoke run` passes for the image's device (its label): the 950's control nodes have no devmm_svm, and
+    its UB devices and files go in where the host has them (matrix.yaml devices.<d>)."""
+    from ascend_images.matrix.model import load_matrix
+
+    device = (client.images.get(image).labels or {}).get("io.ascend-images.device")
+    spec = load_matrix(Path(__file__).resolve().parents[2] / "matrix.yaml").spec.devices.get(device)
+    if spec is None:
+        return {}
+    return {"device": device, "min_devices": spec.min_devices, "control_nodes": tuple(spec.control_nodes),
+            "optional_nodes": tuple(spec.optional_nodes), "device_mounts": tuple(spec.optional_mounts)}
+
+
 def in_image(client, image: str, script: str, *, driver_mounts: str = "auto",
              env: dict | None = None) -> tuple[int, str]:
     spec = RunSpec(image, ("bash", "-c", script), devices(), driver_mounts=driver_mounts, ipc_host=True,
-                   env={"ASCEND_PREFLIGHT": "strict", **(env or {})})
+                   env={"ASCEND_PREFLIGHT": "strict", **(env or {})}, **passthrough(client, image))
     check_host(spec)
     out = io.StringIO()
     return run_container(client, spec, out), out.getvalue()
+
+
+def test_the_950s_ub_devices_reach_the_container(docker_client, npu_image):
+    """On a 950 host with the UB protocol, /dev/ummu and /dev/uburma are passed and seen inside (URMA needs them)."""
+    if passthrough(docker_client, npu_image).get("device") != "a5":
+        pytest.skip("not a 950 image")
+    if not (Path("/dev/ummu").exists() and Path("/dev/uburma").exists()):
+        pytest.skip("this 950 host has no UB devices (/dev/ummu, /dev/uburma)")
+    code, out = in_image(docker_client, npu_image, "ls -d /dev/ummu /dev/uburma && test ! -e /dev/devmm_svm && echo ok")
+    assert code == 0 and out.strip().endswith("ok"), out
 
 
 def test_npu_smi(docker_client, npu_image):
@@ -125,6 +148,7 @@ def test_tiny_generation(docker_client, npu_image):
     port = free_port()
     name = f"ascend-images-npu-serve-{uuid.uuid4().hex[:8]}"
     spec = RunSpec(npu_image, tuple(serve_command(backend, model_dir)), devices(), ipc_host=True, name=name,
+                   **passthrough(docker_client, npu_image),
                    env={"ASCEND_PREFLIGHT": "strict"}, volumes=(parse_volume(f"{host_dir}:{model_dir}:ro"),),
                    ports=(parse_publish(f"127.0.0.1:{port}:8000"),), detach=True)
     check_spec(spec)
@@ -194,7 +218,7 @@ def test_verl_grpo_step(docker_client, npu_image):
         "trainer.nnodes=1", "trainer.total_training_steps=1", "trainer.device=npu", "trainer.logger=console",
         "trainer.val_before_train=False", "trainer.save_freq=-1", "trainer.test_freq=-1"])
     script = f"python3 -c {json.dumps(GRPO_DATA)} && python3 -m verl.trainer.main_ppo {args}"
-    spec = RunSpec(npu_image, ("bash", "-c", script), devices(), ipc_host=True,
+    spec = RunSpec(npu_image, ("bash", "-c", script), devices(), ipc_host=True, **passthrough(docker_client, npu_image),
                    env={"ASCEND_PREFLIGHT": "strict"}, volumes=(parse_volume(f"{host_dir}:{model_dir}:ro"),))
     check_host(spec)
     out = io.StringIO()
@@ -240,7 +264,7 @@ def roll_source(docker_client, npu_image) -> Path:
 
 def run_roll(docker_client, npu_image, source: Path, overrides: list[str], env: dict, extra_volumes=()):
     script = f"python3 -c {json.dumps(ROLL_CONFIG)} " + " ".join(json.dumps(o) for o in overrides)
-    spec = RunSpec(npu_image, ("bash", "-c", script), devices(), ipc_host=True,
+    spec = RunSpec(npu_image, ("bash", "-c", script), devices(), ipc_host=True, **passthrough(docker_client, npu_image),
                    env={"ASCEND_PREFLIGHT": "strict", **env},
                    volumes=(parse_volume(f"{source}:/roll:ro"), *extra_volumes))
     check_host(spec)

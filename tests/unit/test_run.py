@@ -402,3 +402,55 @@ def test_a_newline_in_an_env_value_is_refused():
 
     with pytest.raises(AscendImagesError, match=r"--env X: the value holds the control character"):
         parse_env_overrides(["X=one\ntwo"])
+
+
+def a5_host(tmp_path, ub=True):
+    """A 950 host as Ascend/mind-cluster's default mount table (appendix.md Table 6) has it: no devmm_svm; the UB
+    devices as directories of nodes (addUBDevice walks /dev/ummu and /dev/uburma)."""
+    root = make_host(tmp_path)
+    (root / "dev/devmm_svm").unlink()
+    if ub:
+        for directory in ("ummu", "uburma"):
+            (root / "dev" / directory).mkdir()
+            os.mknod(root / "dev" / directory / f"{directory}0", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    (root / "etc/hccl_rootinfo.json").write_text("{}\n")
+    return root
+
+
+@needs_root
+def test_the_950_passes_its_own_nodes_and_mounts(tmp_path):
+    """What CCI's 950 run example and mind-cluster pass, written out by hand: davinciN, davinci_manager and hisi_hdc,
+    never devmm_svm; /dev/ummu and /dev/uburma when the host has them; /etc/hccl_rootinfo.json read-only when there.
+    The device plugin's resource is huawei.com/npu."""
+    from tests.unit.inprocess import run_ascend_images
+
+    root = a5_host(tmp_path)
+    argv = ["run", "--print", "--device", "a5", "--devices", "0-1", "--host-root", str(root), "--format"]
+    code, out, err = run_ascend_images([*argv, "docker"])
+    assert code == 0, err
+    nodes = {line.split()[1].split(":")[1] for line in out.splitlines() if line.strip().startswith("--device ")}
+    assert nodes == {"/dev/davinci0", "/dev/davinci1", "/dev/davinci_manager", "/dev/hisi_hdc", "/dev/ummu",
+                     "/dev/uburma"}
+    assert f"-v {root}/etc/hccl_rootinfo.json:/etc/hccl_rootinfo.json:ro" in out
+    compose = yaml.safe_load(run_ascend_images([*argv, "compose"])[1])["services"]["ascend"]
+    assert {d.split(":")[1] for d in compose["devices"]} == nodes
+    k8s = yaml.safe_load(run_ascend_images([*argv, "k8s"])[1])
+    assert k8s["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/npu": 2}
+    # the host check takes the UB directories and wants no devmm_svm
+    check_host(RunSpec("img", devices=(0, 1), host_root=root, control_nodes=("davinci_manager", "hisi_hdc"),
+                       optional_nodes=("ummu", "uburma")))
+    # an A3 line on the same host still asks for devmm_svm, so the check above is the 950's list at work
+    with pytest.raises(RunError, match="devmm_svm does not exist"):
+        check_host(RunSpec("img", devices=(0, 1), host_root=root))
+
+
+@needs_root
+def test_a_950_host_without_ub_devices_is_told_and_still_runs(tmp_path):
+    from tests.unit.inprocess import run_ascend_images
+
+    root = a5_host(tmp_path, ub=False)
+    code, out, err = run_ascend_images(["run", "--print", "--device", "a5", "--devices", "0", "--host-root",
+                                        str(root), "--format", "docker"])
+    assert code == 0, err
+    assert "/dev/ummu" not in out and "/dev/uburma" not in out
+    assert "warning: /dev/ummu and /dev/uburma: not on this host, so not passed" in err

@@ -30,6 +30,9 @@ from tests.unit.inprocess import run_ascend_images
 from tests.unit.test_run_k8s import kubernetes_expand, validate
 
 IMAGE = "registry.example:5000/team/sglang:0.5.10-a3"
+# every device's passthrough (a5: no devmm_svm, its UB device directories and hccl_rootinfo.json when the host has
+# them, here a prepared host tree that has them)
+DEVICES = ["a2", "a3", "a5"]
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -249,13 +252,23 @@ def run_flags(draw) -> tuple[list[str], list[str]]:
                           st.integers(1, 2**40).map(str)))
     flags += ["--shm-size", size]
     command = draw(st.lists(word, max_size=4))
+    flags += ["--device", draw(st.sampled_from(DEVICES))]
     return flags, command
 
 
-def printed(flags: list[str], command: list[str], fmt: str, monkeypatch) -> tuple[int, str, str, object]:
+@pytest.fixture(scope="module")
+def host_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("host")
+    for directory in ("dev/ummu", "dev/uburma", "etc"):
+        (root / directory).mkdir(parents=True)
+    (root / "etc/hccl_rootinfo.json").write_text("{}\n")
+    return root
+
+
+def printed(flags: list[str], command: list[str], fmt: str, monkeypatch, host_root) -> tuple[int, str, str, object]:
     """`ascend-images run --print` in this process, with the spec it printed (what the SDK path would be given)."""
-    argv = ["run", "--print", "--format", fmt, "--image", IMAGE, "--device", "a3", "--devices", "0-1", *flags,
-            "--", *command]
+    argv = ["run", "--print", "--format", fmt, "--image", IMAGE, "--devices", "0-1", "--host-root", str(host_root),
+            *flags, "--", *command]
     seen = {}
     original = run_module.docker_run_line
     monkeypatch.setattr(run_module, "docker_run_line", lambda spec: seen.setdefault("spec", spec) and original(spec))
@@ -266,9 +279,9 @@ def printed(flags: list[str], command: list[str], fmt: str, monkeypatch) -> tupl
 
 @SETTINGS
 @given(case=run_flags())
-def test_the_docker_line_means_what_the_sdk_call_means(case, monkeypatch):
+def test_the_docker_line_means_what_the_sdk_call_means(case, monkeypatch, host_root):
     flags, command = case
-    code, out, err, spec = printed(flags, command, "docker", monkeypatch)
+    code, out, err, spec = printed(flags, command, "docker", monkeypatch, host_root)
     assert code == 0, (flags, command, err)
     line, attach = read_docker_line(out)
     sdk = read_sdk_call(run_module.docker_kwargs(spec))
@@ -279,16 +292,16 @@ def test_the_docker_line_means_what_the_sdk_call_means(case, monkeypatch):
 
 @SETTINGS
 @given(case=run_flags())
-def test_compose_and_kubernetes_mean_what_the_docker_line_means(case, monkeypatch):
+def test_compose_and_kubernetes_mean_what_the_docker_line_means(case, monkeypatch, host_root):
     flags, command = case
-    code, out, err, _ = printed(flags, command, "docker", monkeypatch)
+    code, out, err, _ = printed(flags, command, "docker", monkeypatch, host_root)
     assert code == 0, err
     docker, _ = read_docker_line(out)
-    code, out, err, _ = printed(flags, command, "compose", monkeypatch)
+    code, out, err, _ = printed(flags, command, "compose", monkeypatch, host_root)
     assert code == 0, err
     assert read_compose(out) == docker
     name = next((flags[i + 1] for i, f in enumerate(flags) if f == "--name"), None)
-    code, out, err, _ = printed(flags, command, "k8s", monkeypatch)
+    code, out, err, _ = printed(flags, command, "k8s", monkeypatch, host_root)
     if name is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
         # a container name Docker takes and Kubernetes does not: refused, never changed into another
         assert code == 2 and err.startswith(f"error: --name {name!r} is not a Kubernetes name"), err

@@ -184,6 +184,10 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
     devices_spec = matrix.spec.devices.get(device) if device else None
     spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1,
                    framework=framework)
+    if devices_spec is not None:
+        spec = replace(spec, control_nodes=tuple(devices_spec.control_nodes),
+                       optional_nodes=tuple(devices_spec.optional_nodes),
+                       device_mounts=tuple(devices_spec.optional_mounts))
     check_device_indices(spec.devices, flags.devices, device, matrix)
     for warning in check_spec(spec):  # stderr: stdout stays the shell line, compose file or manifest alone
         note(f"warning: {warning}")
@@ -195,8 +199,9 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
             printed.append(compose_service(spec))
         if "k8s" in formats:
             if devices_spec is None or not devices_spec.k8s_resource:
+                known = [name for name, d in matrix.spec.devices.items() if d.k8s_resource]
                 raise RunError(f"--format k8s needs the device plugin's resource name of the image's device "
-                               f"({device or 'unknown'}): pass --device a2 or a3 with --image, or set "
+                               f"({device or 'unknown'}): pass --device {' or '.join(known)} with --image, or set "
                                "devices.<device>.k8s_resource in the matrix")
             printed.append(k8s_yaml(spec, devices_spec.k8s_resource, flags.replicas))
         out("\n".join(printed).rstrip("\n"))

@@ -20,6 +20,8 @@ from ascend_images.runtime.runflags import (
     shm_bytes,
 )
 
+# A2's and A3's control nodes beside /dev/davinciN (ref004); a device of the matrix says its own
+# (devices.<d>.control_nodes: the 950 has no devmm_svm)
 CONTROL_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
 DRIVER = "/usr/local/Ascend/driver"
 # (container path, what it is) mounted read-only in manual mode (ref004)
@@ -58,7 +60,12 @@ class RunSpec:
     network_host: bool = False
     env: dict[str, str] = field(default_factory=dict)
     name: str | None = None
-    device: str | None = None  # a2 | a3, from the image's labels, for device-specific checks
+    device: str | None = None  # a2 | a3 | a5, from the image's labels, for device-specific checks
+    control_nodes: tuple[str, ...] = CONTROL_NODES  # the device's (devices.<d>.control_nodes)
+    # device nodes, or directories of them, passed when the host has them (the 950's UB devices, /dev/ummu and
+    # /dev/uburma), and files mounted read-only when present (devices.<d>.optional_nodes, optional_mounts)
+    optional_nodes: tuple[str, ...] = ()
+    device_mounts: tuple[str, ...] = ()
     framework: str | None = None  # verl | roll, from the selection or the image's labels: a Ray training job
     # what serving needs, as docker run spells it
     volumes: tuple[Volume, ...] = ()
@@ -83,7 +90,8 @@ class RunSpec:
             (f"{DRIVER}/version.info", f"{DRIVER}/version.info"),
         ]
         required = [(str(self.host(h)), c) for h, c in driver + [(p, p) for p, _ in TOOL_MOUNTS]]
-        return required + [(str(self.host(p)), p) for p in OPTIONAL_MOUNTS if self.host(p).exists()]
+        optional = [*OPTIONAL_MOUNTS, *(p for p in self.device_mounts if p not in OPTIONAL_MOUNTS)]
+        return required + [(str(self.host(p)), p) for p in optional if self.host(p).exists()]
 
     def binds(self) -> list[str]:
         """Every bind in docker run -v spelling: the driver and tool mounts (read-only, manual mode only: the
@@ -92,8 +100,17 @@ class RunSpec:
         return driver + [v.bind() for v in self.volumes]
 
     def device_nodes(self) -> list[tuple[str, str]]:
-        names = [f"davinci{n}" for n in self.devices] + list(CONTROL_NODES)
-        return [(str(self.host(f"/dev/{n}")), f"/dev/{n}") for n in names]
+        """The NPUs' nodes and the device's control nodes, which must exist; then its optional nodes the host has
+        (Docker passes a directory's devices for a directory, as `--device /dev/ummu` does)."""
+        names = [f"davinci{n}" for n in self.devices] + list(self.control_nodes)
+        return [(str(self.host(f"/dev/{n}")), f"/dev/{n}") for n in names] + self.present_optional_nodes()
+
+    def present_optional_nodes(self) -> list[tuple[str, str]]:
+        return [(str(self.host(f"/dev/{n}")), f"/dev/{n}") for n in self.optional_nodes
+                if self.host(f"/dev/{n}").exists()]
+
+    def missing_optional_nodes(self) -> list[str]:
+        return [f"/dev/{n}" for n in self.optional_nodes if not self.host(f"/dev/{n}").exists()]
 
     def environment(self) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -160,6 +177,10 @@ def check_spec(spec: RunSpec) -> list[str]:
     if spec.framework and not spec.network_host and (not world.isdigit() or int(world) > 1):
         warnings.append(f"a {spec.framework} job across nodes (WORLD_SIZE={world}) forms a Ray cluster: {RAY_PORTS} "
                         "must reach the other nodes; pass --network-host (in Kubernetes: hostNetwork)")
+    if spec.mode == "manual" and spec.missing_optional_nodes():
+        warnings.append(f"{' and '.join(spec.missing_optional_nodes())}: not on this host, so not passed; URMA's "
+                        "distributed communication needs them (UB devices, present where the driver supports the UB "
+                        "protocol)")
     if spec.min_devices >= 2 and len(spec.devices) < spec.min_devices:
         warnings.append(f"an {spec.device or 'NPU'} run with fewer than {spec.min_devices} devices: its NPUs come "
                         "in pairs of dies; HCCL jobs usually need both (pass e.g. --devices 0-1)")
@@ -187,11 +208,12 @@ def check_host(spec: RunSpec, runtimes: set[str] | None = None) -> None:
             problems.append(f"the Docker engine has no 'ascend' runtime (it has: {', '.join(sorted(runtimes))}); "
                             "install the Ascend Docker Runtime or use --mode manual")
     else:
+        optional = {host for host, _ in spec.present_optional_nodes()}
         for host, _ in spec.device_nodes():
             path = Path(host)
             if not path.exists():
                 problems.append(f"{host} does not exist")
-            elif not stat.S_ISCHR(path.stat().st_mode):
+            elif not stat.S_ISCHR(path.stat().st_mode) and not (host in optional and path.is_dir()):
                 problems.append(f"{host} is not a character device")
         for host, _ in spec.mounts():
             if not Path(host).exists():
