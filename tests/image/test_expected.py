@@ -37,7 +37,12 @@ DEBUG = {"ASCEND_GLOBAL_LOG_LEVEL": "0", "ASDOPS_LOG_LEVEL": "INFO", "ATB_LOG_LE
          "ASCEND_SLOG_PRINT_TO_STDOUT": "1", "ASCEND_LAUNCH_BLOCKING": "1"}  # ref000, for debugging
 JEMALLOC = f"/usr/lib/{TEST_ARCH}-linux-gnu/libjemalloc.so.2"  # ref004 2.1
 TCMALLOC = f"/usr/lib/{TEST_ARCH}-linux-gnu/libtcmalloc.so.4"  # ref004 2.2; Debian libgoogle-perftools4
-SOC_VERSION = {"a2": "ascend910b1", "a3": "ascend910_9391"}  # compat.md Devices
+# compat.md Devices; the 950: vLLM-Ascend v0.23.0's Dockerfile.a5 and installation.md ("Atlas 950DT")
+SOC_VERSION = {"a2": "ascend910b1", "a3": "ascend910_9391", "a5": "ascend950dt_9582"}
+# the control nodes beside /dev/davinciN the preflight looks for: ref004's passthrough for A2 and A3; the 950 has no
+# devmm_svm (Ascend/mind-cluster ascend-docker-runtime process.go, ascend910A5ManagerDevices)
+CONTROL_NODES = {"a2": "davinci_manager devmm_svm hisi_hdc", "a3": "davinci_manager devmm_svm hisi_hdc",
+                 "a5": "davinci_manager hisi_hdc"}
 # per stage kind, what every image of it is, whatever its version: the stage, the backend, the allocator it preloads
 # (ref004 2.1: jemalloc for serving), what was made from test doubles, and what its kind never bakes
 KINDS = {
@@ -60,7 +65,7 @@ OVERLAYS = {"debug-tcmalloc-env455b65e5": {"env": {**DEBUG, "OMP_NUM_THREADS": "
 FACTS_FILE = "tests/fixtures/release_facts.yaml"
 FACTS = yaml.safe_load((ROOT / FACTS_FILE).read_text(encoding="utf-8"))
 TAG = re.compile(r"(?P<kind>[a-z-]+):(?P<version>[^-]+)-(?:(?P<backend>vllm|sglang)(?P<backend_version>[^-]+)-)?"
-                 r"cann(?P<cann>[^-]+)-(?P<device>a2|a3)-(?P<os>[a-z0-9.]+)-py(?P<python>[0-9.]+)-(?P<arch>[a-z0-9_]+)"
+                 r"cann(?P<cann>[^-]+)-(?P<device>a2|a3|a5)-(?P<os>[a-z0-9.]+)-py(?P<python>[0-9.]+)-(?P<arch>[a-z0-9_]+)"
                  r"(?:-(?P<overlay>.+))?")
 
 
@@ -93,7 +98,8 @@ def expected(name: str) -> dict:
         f"but {top} {backend_version} is built on CANN {cann_version} ({FACTS_FILE})"
     cann = fact("cann", str(cann_version))
     env = {**COMMON, **PRODUCTION, **cann.get("env", {}), "ASCEND_HOME_PATH": cann["home"],
-           "ASCEND_IMAGES_HDK_FLOOR": str(cann["hdk_floor"]), **backend_facts.get("env", {}), **frame["env"]}
+           "ASCEND_IMAGES_HDK_FLOOR": str(cann["hdk_floor"]), "ASCEND_IMAGES_CONTROL_NODES": CONTROL_NODES[device],
+           **backend_facts.get("env", {}), **frame["env"]}
     labels = {"device": device, "soc-version": SOC_VERSION[device], "cann": str(cann_version),
               "cann-layout": cann["layout"], "hdk-floor": str(cann["hdk_floor"]), "torch": str(torch["torch"]),
               "torch-npu": str(torch_npu), "os": tag["os"], "arch": TEST_ARCH, "python": "system",
@@ -103,7 +109,8 @@ def expected(name: str) -> dict:
         labels["allocator"] = rules["allocator"]
     if rules["test-double"]:
         labels["test-double"] = rules["test-double"]
-    if top == "vllm-ascend":
+    if top == "vllm-ascend":  # vLLM-Ascend reads SOC_VERSION when it builds its operators (VA Dockerfile.a3, .a5)
+        env["SOC_VERSION"] = SOC_VERSION[device]
         labels |= {"vllm": str(backend_facts["vllm"]), "vllm-ascend": backend_version,
                    "triton-ascend": str(backend_facts["triton_ascend"])}
     elif top == "sglang":

@@ -22,7 +22,7 @@ def invoke(*argv: str) -> subprocess.CompletedProcess:
      "error: --devices 0-8: device 8 is beyond an a2 node, which has at most 8 NPUs; valid: indices 0-7"),
     (["run", "--print", "--device", "a3", "--devices", "16"],
      "error: --devices 16: device 16 is beyond an a3 node, which has at most 16 NPUs; valid: indices 0-15"),
-    (["env", "--device", ""], "error: --device is empty: name a device (a2, a3;"),
+    (["env", "--device", ""], "error: --device is empty: name a device (a2, a3, a5;"),
     (["env", "--backend", ","], "error: --backend is empty: name a backend ("),
     (["run", "--print", "--image", ""], "error: --image is empty: give an image reference"),
     (["test", "--image", ""], "error: --image is empty: give an image reference to test"),

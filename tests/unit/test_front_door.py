@@ -103,7 +103,7 @@ def test_an_empty_image_is_named_before_any_engine_is_asked(script, elsewhere, l
 
 # --- flags taken and ignored ---------------------------------------------------------------------------------------
 def test_matrix_honours_the_selection(script, elsewhere):
-    refused("error: unknown device 'a9' (from --device). Valid: a2, a3")(
+    refused("error: unknown device 'a9' (from --device). Valid: a2, a3, a5")(
         typed(script, "ascend-images matrix --device a9 --backend nope", elsewhere))
     narrowed = typed(script, "ascend-images matrix --device a3 --backend vllm --release cann9.1.0-pt2.10.0", elsewhere)
     assert narrowed.returncode == 0, narrowed.stderr

@@ -107,7 +107,7 @@ def test_comma_lists_expand(matrix):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"device": "a4"}, "unknown device 'a4' (from --device). Valid: a2, a3"),
+        ({"device": "a4"}, "unknown device 'a4' (from --device). Valid: a2, a3, a5"),
         ({"backend": "vlm"}, "unknown backend 'vlm' (from --backend); did you mean 'vllm'? Valid: none, sglang, vllm"),
         ({"release": "nope"}, "unknown release 'nope' (from --release)"),
         ({"os": "ubuntu24.04"}, "unknown os 'ubuntu24.04' (from --os); did you mean 'ubuntu22.04'?"),

@@ -10,9 +10,9 @@ ROOTFS = Path(__file__).resolve().parents[2] / "images" / "common" / "rootfs"
 PREFLIGHT = ROOTFS / "usr/local/libexec/ascend-images/preflight"
 
 
-def run_preflight(tmp_path, mode, driver=None, devices=(), floor="25.3.RC1"):
+def run_preflight(tmp_path, mode, driver=None, devices=(), floor="25.3.RC1", control_nodes=None):
     dev = tmp_path / "dev"
-    dev.mkdir(exist_ok=True)
+    dev.mkdir(parents=True, exist_ok=True)
     for name in devices:
         (dev / name).touch()
     info = tmp_path / "version.info"
@@ -20,6 +20,8 @@ def run_preflight(tmp_path, mode, driver=None, devices=(), floor="25.3.RC1"):
         info.write_text(f"Version={driver}\nascendhal_version=7.35.23\n")
     env = {"PATH": os.environ["PATH"], "ASCEND_PREFLIGHT": mode, "ASCEND_IMAGES_HDK_FLOOR": floor,
            "ASCEND_DRIVER_VERSION_INFO": str(info), "ASCEND_DEV_DIR": str(dev)}
+    if control_nodes is not None:
+        env["ASCEND_IMAGES_CONTROL_NODES"] = control_nodes
     return subprocess.run(["sh", str(PREFLIGHT)], env=env, capture_output=True, text=True)
 
 
@@ -46,6 +48,18 @@ def test_missing_companion_nodes(tmp_path):
     result = run_preflight(tmp_path, "strict", "25.5.0", ("davinci0", "davinci_manager"))
     assert result.returncode == 78
     assert "devmm_svm is missing" in result.stderr and "hisi_hdc is missing" in result.stderr
+
+
+def test_the_950s_control_nodes_have_no_devmm_svm(tmp_path):
+    """A 950 host has no /dev/devmm_svm (Ascend/mind-cluster ascend-docker-runtime process.go: the A5 manager devices
+    are hisi_hdc alone, beside davinci_manager): its image's list, not A2's, is what strict mode checks."""
+    nodes = ("davinci0", "davinci_manager", "hisi_hdc")
+    assert run_preflight(tmp_path, "strict", "25.5.0", nodes, control_nodes="davinci_manager hisi_hdc").returncode == 0
+    a2 = run_preflight(tmp_path, "strict", "25.5.0", nodes)
+    assert a2.returncode == 78 and "devmm_svm is missing" in a2.stderr
+    lacking = run_preflight(tmp_path / "without-hisi-hdc", "strict", "25.5.0", ("davinci0", "davinci_manager"),
+                            control_nodes="davinci_manager hisi_hdc")
+    assert lacking.returncode == 78 and "hisi_hdc is missing" in lacking.stderr and "devmm_svm" not in lacking.stderr
 
 
 def test_off_and_bad_mode(tmp_path):

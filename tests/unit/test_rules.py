@@ -44,8 +44,20 @@ def set_kernel_from(release, value):
     return mutate
 
 
+R91 = "cann9.1.0-pt2.10.0"  # CANN 9.1.0, torch_npu 2.10.0.post4, vLLM-Ascend 0.23.0: the 950's first line upstream
+
+
+def support(**changes):
+    def mutate(d):
+        d["devices"]["a5"]["support"].update(changes)
+
+    return mutate
+
+
 CASES = [
     # rule id, passing variant kwargs, failing (mutation, kwargs), expected fragment
+    ("device-support", dict(release=R91, device="a5", backend="vllm"), (None, dict(release=R85, device="a5")),
+     "a5 (Atlas 950 series) needs CANN >= 9.1.0; release 'cann8.5.0-pt2.8.0' has CANN 8.5.0"),
     ("torch-npu-exact-torch", dict(release=R85), (pair("2.8.0.post2", torch="2.7.1"), dict(release=R85)),
      "torch_npu 2.8.0.post2 is paired with torch 2.7.1; valid: torch == 2.8.0"),
     ("torch-npu-python", dict(release=R85), (pair("2.8.0.post2", python=">=3.12"), dict(release=R85)),
@@ -95,6 +107,24 @@ CASES = [
      (None, dict(release=R85, python="bisheng", arch="x86_64")),
      "python 'bisheng' is only known for aarch64, not x86_64"),
 ]
+
+
+@pytest.mark.parametrize("mutate,kwargs,fragment", [
+    # what upstream ships the 950 with, each limit broken alone (values written out from the release notes)
+    (support(cann=None, torch_npu="2.10.0.post6"), dict(backend="none"),
+     "a5 (Atlas 950 series) needs torch_npu >= 2.10.0.post6; release 'cann9.1.0-pt2.10.0' has torch_npu 2.10.0.post4"),
+    (support(cann=None, vllm_ascend="0.26.0rc1"), dict(backend="vllm"),
+     "a5 (Atlas 950 series) needs vllm-ascend >= 0.26.0rc1; release 'cann9.1.0-pt2.10.0' has vllm-ascend 0.23.0"),
+    (None, dict(backend="vllm", framework="verl"),
+     "no verl image for a5 (Atlas 950 series): verl ships no 950 install"),
+    (support(backends=["none"]), dict(backend="vllm"),
+     "no vllm image for a5 (Atlas 950 series): upstream ships it with none only; valid backends: none"),
+], ids=["torch-npu", "vllm-ascend", "framework", "backend"])
+def test_the_950_is_built_only_where_upstream_ships_it(tmp_path, mutate, kwargs, fragment):
+    detail = RULES_BY_ID["device-support"].check(variant(tmp_path, mutate, release=R91, device="a5", **kwargs))
+    assert detail is not None and fragment in detail, detail
+    # A2 and A3 have no such limits: the same selection passes there
+    assert RULES_BY_ID["device-support"].check(variant(tmp_path / "a3", None, release=R91, **kwargs)) is None
 
 
 def test_every_rule_has_a_case():

@@ -70,7 +70,7 @@ CASES: list[tuple[str, str, int, Check]] = [
      refused("error: --devices 99999: device 99999 is beyond an a2 node, which has at most 8 NPUs; valid: "
              "indices 0-7")),
     ("empty-device", "ascend-images run --print --device ''", 2,
-     refused("error: --device is empty: name a device (a2, a3;")),
+     refused("error: --device is empty: name a device (a2, a3, a5;")),
     ("empty-image", "ascend-images run --print --image ''", 2, refused("error: --image is empty: give an image "
                                                                        "reference")),
     ("render-check-and-update", "ascend-images render --check --update", 2,

@@ -67,7 +67,7 @@ class FlagGroup:
 # The selection: what to build, run or check. Every task that selects takes all of these; a new one is a line here
 # and a field of options.Selection.
 SELECTION = FlagGroup("sel", Selection, {
-    "device": "a2, a3 or both (comma-separated); default: both",
+    "device": "a2, a3 or a5, comma-separated for several; default: each with a default release for the backend",
     "backend": "none, vllm, sglang (comma-separated); default: none",
     "framework": "RL framework over the backend: verl or roll; default: none",
     "release": "a release name from matrix.yaml; default: the matrix's default for (device, backend)",

@@ -283,7 +283,9 @@ def outdated(matrix: Matrix, index_url: str, out: Callable[[str], None], *, pack
         return registries[package, version]
 
     sglang = matrix.spec.backends["sglang"]
-    chips = {name: device.chip for name, device in matrix.spec.devices.items()}
+    # the devices the matrix builds SGLang for (the 950 has none here: devices.a5.support)
+    chips = {name: device.chip for name, device in matrix.spec.devices.items()
+             if device.support is None or device.support.backends is None or "sglang" in device.support.backends}
     project_file = sglang.artifacts.get("npu_project_file")
     read_tag = tag_files(project_file)
 

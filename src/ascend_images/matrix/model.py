@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version as PepVersion
 from pydantic import ValidationError
 
 from ascend_images.errors import MatrixError
@@ -143,6 +144,17 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
                 problems.append(f"{where}: release {release!r} pins no {framework} over {backend!r}")
     for device in spec.env.device:
         check("device", device, spec.devices, "env.device")
+    for device, dev_spec in spec.devices.items():
+        support = dev_spec.support
+        if support is None:
+            continue
+        where = f"devices.{device}.support"
+        for backend in support.backends or []:
+            check("backend", backend, spec.backends, f"{where}.backends")
+        for fw in support.frameworks or []:
+            check("framework", fw, spec.frameworks, f"{where}.frameworks")
+        for name in support.why_not:
+            check("backend or framework", name, [*spec.backends, *spec.frameworks], f"{where}.why_not")
     for backend in spec.env.backend:
         check("backend", backend, spec.backends, "env.backend")
     profile_keys = {name: set(table) for name, table in spec.env.profile.items()}
@@ -175,6 +187,34 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
         for arch in test.arches:
             check("arch", arch, spec.arches, where)
     return problems
+
+
+def unsupported(spec: MatrixSpec, device: str, release: str, backend: str, framework: str = "none") -> str | None:
+    """Why upstream ships no `device` image of this release, backend and framework (devices.<d>.support), or None.
+    A release below a device's lines has no variant for it in the matrix, and naming one is refused (rule
+    device-support)."""
+    support = spec.devices[device].support
+    if support is None:
+        return None
+    rel = spec.releases[release]
+    what = f"{device} ({spec.devices[device].description.split(':')[0]})"
+    if support.backends is not None and backend not in support.backends:
+        why = support.why_not.get(backend, f"upstream ships it with {', '.join(support.backends)} only")
+        return f"no {backend} image for {what}: {why}; valid backends: {', '.join(support.backends)}"
+    if framework != "none" and support.frameworks is not None and framework not in support.frameworks:
+        why = support.why_not.get(framework, "upstream ships no such image")
+        valid = ", ".join(support.frameworks) or "none"
+        return f"no {framework} image for {what}: {why}; valid frameworks: {valid}"
+    if support.cann is not None and ascend(rel.cann) < ascend(support.cann):
+        return f"{what} needs CANN >= {support.cann}; release {release!r} has CANN {rel.cann}"
+    if support.torch_npu is not None and PepVersion(rel.torch_npu) < PepVersion(support.torch_npu):
+        return f"{what} needs torch_npu >= {support.torch_npu}; release {release!r} has torch_npu {rel.torch_npu}"
+    vllm = rel.backends.vllm if backend == "vllm" else None
+    if support.vllm_ascend is not None and vllm is not None and \
+            PepVersion(vllm.vllm_ascend) < PepVersion(support.vllm_ascend):
+        return (f"{what} needs vllm-ascend >= {support.vllm_ascend}; release {release!r} has vllm-ascend "
+                f"{vllm.vllm_ascend}")
+    return None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from ascend_images.errors import RuleError
 from ascend_images.matrix.envs import effective_env
-from ascend_images.matrix.model import Variant
+from ascend_images.matrix.model import Variant, unsupported
 from ascend_images.matrix.schema import MatrixSpec, SglangPins, VllmPins
 from ascend_images.matrix.versions import ascend, python_version_in, release_of
 
@@ -226,6 +226,10 @@ def _sglang_npu_line(v: Variant) -> str | None:
     return None
 
 
+def _device_support(v: Variant) -> str | None:
+    return unsupported(v.matrix.spec, v.device, v.release_name, v.backend, v.framework)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("torch-npu-exact-torch", "error", "torch_npu X.Y.Z[.postN] requires torch == X.Y.Z", "PT",
          _torch_npu_exact_torch),
@@ -234,6 +238,9 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm-ascend-needs-vllm", "error", "vllm-ascend vA.B.C requires vllm A.B.C (known exceptions listed)",
          "VA", _vllm_ascend_needs_vllm),
     Rule("vllm-ascend-python", "error", "vllm-ascend supports only its Python range", "VA", _vllm_ascend_python),
+    Rule("device-support", "error", "a device is built only on the lines upstream ships it on (devices.<d>.support: "
+         "its oldest CANN, torch_npu and vLLM-Ascend, its backends and frameworks)",
+         "CANN, TorchNPU and VA release notes; CCI; ROLL Dockerfile.A5", _device_support),
     Rule("vllm-ascend-a3", "error", "A3 support starts at vllm-ascend {spec.backends[vllm].min_a3}",
          "VA", _vllm_ascend_a3),
     Rule("vllm-ascend-sdist-sources", "error",

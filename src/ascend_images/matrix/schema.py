@@ -10,6 +10,7 @@ import datetime as dt
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ascend_images.matrix.versions import AscendVersion
@@ -24,6 +25,31 @@ def _check_ascend(value: str) -> str:
     return value
 
 
+class DeviceSupport(Strict):
+    """The lines upstream ships a device on (rule device-support): the oldest CANN, torch_npu and vLLM-Ascend, the
+    backends and frameworks; a release below them has no variant for the device, and naming one is refused."""
+
+    cann: str | None = None
+    torch_npu: str | None = None
+    vllm_ascend: str | None = None
+    backends: list[str] | None = None  # None: every backend
+    frameworks: list[str] | None = None  # None: every framework
+    why_not: dict[str, str] = Field(default_factory=dict)  # backend or framework -> why upstream does not ship it
+    source: str
+
+    @field_validator("cann")
+    @classmethod
+    def _cann_version(cls, value: str | None) -> str | None:
+        return value if value is None else _check_ascend(value)
+
+    @field_validator("torch_npu", "vllm_ascend")
+    @classmethod
+    def _pep440(cls, value: str | None) -> str | None:
+        if value is not None:
+            Version(value)  # InvalidVersion is a ValueError: pydantic names the key
+        return value
+
+
 class DeviceSpec(Strict):
     description: str
     chip: str
@@ -33,6 +59,12 @@ class DeviceSpec(Strict):
     min_devices: int = 1
     max_devices: int | None = Field(default=None, ge=1)  # NPUs one node has; run --devices indices stay below it
     k8s_resource: str | None = None  # the Ascend device plugin's resource name (invoke run --format k8s)
+    # the control nodes every container of this device needs (invoke run), beside /dev/davinciN
+    control_nodes: list[str] = Field(default_factory=lambda: ["davinci_manager", "devmm_svm", "hisi_hdc"])
+    # device nodes (or directories of them) passed when the host has them: the 950's UB devices
+    optional_nodes: list[str] = Field(default_factory=list)
+    optional_mounts: list[str] = Field(default_factory=list)  # host files mounted read-only when present
+    support: DeviceSupport | None = None
     source: str
 
 

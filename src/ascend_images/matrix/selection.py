@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 
 from ascend_images.errors import SelectionError
-from ascend_images.matrix.model import Matrix, Variant, unknown
+from ascend_images.matrix.model import Matrix, Variant, unknown, unsupported
 
 
 def _split(values: str | Iterable[str] | None) -> list[str] | None:
@@ -57,8 +57,21 @@ def select(
     """Variants for the given flags; lists are comma-separated. Unset flags take the matrix defaults."""
     spec = matrix.spec
     d = spec.defaults
-    devices = _pick("device", "--device", _split(device), spec.devices, sorted(spec.devices))
+    wanted_devices = _split(device)
+    if wanted_devices:  # a device the matrix lacks is named before a backend (an empty flag is refused below)
+        _pick("device", "--device", wanted_devices, spec.devices, [])
     backends = _pick("backend", "--backend", _split(backend), spec.backends, ["none"])
+    fw = framework if framework in spec.frameworks else "none"
+
+    def ships(dev: str) -> bool:  # a release for each backend, which upstream ships on the device
+        names = [release or d.framework_release.get(fw, {}).get(be) or d.release.get(dev, {}).get(be)
+                 for be in backends]
+        return all(n in spec.releases and unsupported(spec, dev, n, be, fw) is None
+                   for n, be in zip(names, backends, strict=True))
+
+    # no --device: every device that has the selection (the 950 has no SGLang, and no CANN below 9.1.0)
+    devices = _pick("device", "--device", wanted_devices, spec.devices,
+                    sorted(dev for dev in spec.devices if ships(dev)) or sorted(spec.devices))
     oses = _pick("os", "--os", _split(os), spec.os, [d.os])
     arches = _pick("arch", "--arch", _split(arch), spec.arches, [d.arch])
     profile = _pick("profile", "--profile", _split(profile), spec.env.profile, [d.profile])[0]
@@ -76,6 +89,11 @@ def select(
     for dev in devices:
         for be in backends:
             name = release or d.framework_release.get(framework, {}).get(be) or d.release.get(dev, {}).get(be)
+            support = spec.devices[dev].support
+            if name is None and support is not None and support.backends is not None and be not in support.backends:
+                why = support.why_not.get(be, f"upstream ships it with {', '.join(support.backends)} only")
+                raise SelectionError(f"--device {dev} --backend {be}: no such image ({why}); valid backends for {dev}: "
+                                     f"{', '.join(support.backends)} (rule device-support)")
             if name is None:
                 raise SelectionError(
                     f"no default release for device {dev!r} and backend {be!r} in defaults.release; "
@@ -158,8 +176,12 @@ def all_variants(matrix: Matrix) -> list[Variant]:
                                     if backend in pins.backends and not pins.blocked)]
             for py in rel.python:
                 for fw in frameworks:
+                    # a device this release is below (devices.<d>.support) has no variant of it
+                    devices = [dev for dev in spec.devices if unsupported(spec, dev, name, backend, fw) is None]
+                    if not devices:
+                        continue
                     out.extend(
-                        select(matrix, device=list(spec.devices), backend=backend, release=name,
+                        select(matrix, device=devices, backend=backend, release=name,
                                os=list(spec.os), arch=list(spec.arches), python=py, framework=fw)
                     )
     return out

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ascend_images.inputs.pins import pinned_sha256, pins_path, read_pins
 from ascend_images.inputs.sources import ArtifactSource, CannSource, Sources
-from ascend_images.matrix.model import Matrix, Variant, load_matrix
+from ascend_images.matrix.model import Matrix, Variant, load_matrix, unsupported
 from ascend_images.matrix.selection import CI_SETS, ci_variants, select
 from ascend_images.stages.names import DEFAULT_NAMESPACE
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
@@ -48,7 +48,9 @@ def committed_variants(matrix: Matrix) -> list[Variant]:
         for framework, backends in sorted(spec.defaults.framework_release.items()):
             for backend in sorted(backends):
                 for v in select(matrix, device=device, backend=backend, framework=framework):
-                    chosen.setdefault(v, v)
+                    # a framework's release is every device's: a device it does not ship on has none of it
+                    if unsupported(spec, v.device, v.release_name, v.backend, v.framework) is None:
+                        chosen.setdefault(v, v)
     return list(chosen)
 
 
