@@ -27,10 +27,11 @@ COMMON = {  # ref000 (ROLL's guide), the layer every image carries (each read by
     "ASCEND_MAX_OP_CACHE_SIZE": "5000",
 }
 # what no image bakes: ref000's NPU_MEMORY_FRACTION is MindIE's (MindIE-LLM's config reads it; no file of torch_npu,
-# vLLM, vLLM-Ascend or SGLang names it); vLLM 0.23.0 has no VLLM_USE_V1 (V0 removed in 0.13.0); vLLM-Ascend 0.23.0's
-# envs.py reads neither FLASHCOMM (renamed FLASHCOMM1), DENSE_OPTIMIZE (PR 5272) nor PREFETCH_MLP (additional_config)
-UNREAD = ["NPU_MEMORY_FRACTION", "VLLM_USE_V1", "VLLM_ASCEND_ENABLE_FLASHCOMM", "VLLM_ASCEND_ENABLE_DENSE_OPTIMIZE",
-          "VLLM_ASCEND_ENABLE_PREFETCH_MLP"]
+# vLLM, vLLM-Ascend or SGLang names it); what a vLLM-Ascend version leaves unread is its facts' `absent`
+UNREAD = ["NPU_MEMORY_FRACTION"]
+# ref000's vLLM-Ascend variables: the vllm backend's layer, in no image of another backend
+VLLM_ONLY = ["VLLM_USE_V1", "VLLM_ASCEND_ENABLE_FLASHCOMM", "VLLM_ASCEND_ENABLE_FLASHCOMM1",
+             "VLLM_ASCEND_ENABLE_DENSE_OPTIMIZE", "VLLM_ASCEND_ENABLE_PREFETCH_MLP"]
 PRODUCTION = {"ASCEND_GLOBAL_LOG_LEVEL": "3", "ASDOPS_LOG_LEVEL": "ERROR", "ATB_LOG_LEVEL": "ERROR",
               "ASCEND_SLOG_PRINT_TO_STDOUT": "0", "ASCEND_LAUNCH_BLOCKING": "0"}  # ref000
 DEBUG = {"ASCEND_GLOBAL_LOG_LEVEL": "0", "ASDOPS_LOG_LEVEL": "INFO", "ATB_LOG_LEVEL": "INFO",
@@ -47,13 +48,13 @@ CONTROL_NODES = {"a2": "davinci_manager devmm_svm hisi_hdc", "a3": "davinci_mana
 # (ref004 2.1: jemalloc for serving), what was made from test doubles, and what its kind never bakes
 KINDS = {
     "torch-npu": {"stage": "torch", "backend": "none", "test-double": None,
-                  "absent": ["LD_PRELOAD", "HCCL_HOST_SOCKET_PORT_RANGE", "SOC_VERSION"]},
+                  "absent": ["LD_PRELOAD", "HCCL_HOST_SOCKET_PORT_RANGE", "SOC_VERSION", *VLLM_ONLY]},
     "vllm-ascend": {"stage": "vllm", "backend": "vllm", "allocator": "jemalloc", "test-double": "cann,off-pypi-wheels",
                     "absent": ["HCCL_HOST_SOCKET_PORT_RANGE", "SGLANG_DEEPEP_BF16_DISPATCH"]},
     # not SGLang's Ray variable: Ray reads it (ray/_private/accelerators/npu.py), and the SGLang image ships no Ray
     "sglang": {"stage": "sglang", "backend": "sglang", "allocator": "jemalloc",
                "test-double": "cann,sgl-kernel-npu,off-pypi-wheels",
-               "absent": ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "SOC_VERSION"]},
+               "absent": ["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "SOC_VERSION", *VLLM_ONLY]},
     "verl": {"stage": "framework", "allocator": "jemalloc", "test-double": "cann,off-pypi-wheels,framework-archives"},
     "roll": {"stage": "framework", "allocator": "jemalloc", "test-double": "cann,off-pypi-wheels,framework-archives"},
 }
@@ -118,7 +119,7 @@ def expected(name: str) -> dict:
     if kind in ("verl", "roll"):
         labels |= {"framework": kind, "framework-version": version}
         labels.pop("profile")
-    absent = [*rules.get("absent", []), *frame["absent"], *UNREAD]
+    absent = [*rules.get("absent", []), *frame["absent"], *backend_facts.get("absent", []), *UNREAD]
     if "env" not in cann:
         absent.append("ATB_CXX_ABI")
     if tag["overlay"]:
