@@ -182,6 +182,9 @@ def run_image(sel: Selection, flags: RunFlags, out: Out, *, image: str | None, c
         device = labels.get(label("device"), device)
         framework = labels.get(label("framework"), framework)
     devices_spec = matrix.spec.devices.get(device) if device else None
+    if print_only and device is None:  # the image's label is the engine's to say, and --print asks it nothing
+        note(f"note: --print does not read the image's labels: its device is unknown, so the line passes A2's and "
+             f"A3's nodes; pass --device ({', '.join(matrix.spec.devices)}) to print another device's")
     spec = replace(spec, device=device, min_devices=devices_spec.min_devices if devices_spec else 1,
                    framework=framework)
     if devices_spec is not None:
