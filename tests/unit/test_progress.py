@@ -289,3 +289,48 @@ def test_a_name_another_build_created_that_moment_is_told_from_a_failed_step(tmp
     assert lost_naming_race([race, cancelled])
     assert not lost_naming_race([race, failed])
     assert not lost_naming_race([cancelled])
+
+
+def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_path):
+    """BuildKit's session timing out while 22 stages export on 2 cores (as a CI run met it: the bake's log ends
+    `ERROR: failed to solve: DeadlineExceeded: context deadline exceeded` and every stage's steps say only "context
+    canceled"; moby/buildkit issue 2691: a run again succeeds) is baked once more from the cache; a failed RUN is not.
+    When the tries are spent, the failure names the bake's error, not a stopped step."""
+    from ascend_images.builder import bake
+    from ascend_images.builder.build import NAMING_RETRIES, bake_error, engine_deadline
+    from ascend_images.errors import BuildError
+    from ascend_images.stages.bake import target_name
+    from ascend_images.stages.plan import PlanOptions, make_plan
+    from tests.unit.helpers import variant
+
+    def stage(name: str, error: str) -> StageProgress:
+        with StageProgress("[1/2 base]", tmp_path / f"{name}.log", lambda line: None) as progress:
+            progress.event({"vertexes": [vertex(f"sha256:{name}", "exporting to image", completed=True,
+                                                error=error)]})
+        return progress
+
+    deadline = "#1 DONE 0.0s\nERROR: failed to solve: DeadlineExceeded: context deadline exceeded\n"
+    cancelled, failed = stage("a", "context canceled"), stage("b", "process did not complete successfully: exit 1")
+    assert bake_error(deadline) == "ERROR: failed to solve: DeadlineExceeded: context deadline exceeded"
+    assert engine_deadline([cancelled], deadline)
+    assert not engine_deadline([cancelled, failed], deadline)
+    assert not engine_deadline([cancelled], "ERROR: failed to solve: process did not complete successfully\n")
+
+    plan = make_plan([variant(tmp_path, backend="none", device="a3")], PlanOptions(CannSource("url", strict=False)))
+    first = plan.stages[0]
+    said: list[str] = []
+    builder = Builder(BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path), out=said.append)
+    tries = []
+
+    def bake_once(plan, files, metadata, suffix):
+        tries.append(suffix)
+        progresses = {target_name(s): stage(f"{suffix}{i}", "context canceled") for i, s in enumerate(plan.stages)}
+        return bake.BakeOutcome(1, False), progresses, deadline
+
+    builder._bake_once = bake_once
+    with pytest.raises(BuildError) as err:
+        builder._bake(plan, (), tmp_path / "m.json")
+    assert tries == ["", *(f"-again{n}" for n in range(1, NAMING_RETRIES + 1))]
+    assert sum("BuildKit's session timed out" in line for line in said) == NAMING_RETRIES
+    text = str(err.value)
+    assert text.startswith("the bake failed: ERROR: failed to solve: DeadlineExceeded") and first.tag in text

@@ -108,6 +108,22 @@ def lost_naming_race(progresses: Iterable[StageProgress]) -> bool:
     return bool(own) and all(NAMING_RACE.search(e) for e in own)
 
 
+# BuildKit's own session timing out while a build exports (moby/buildkit issues 2691, 4327; docker/buildx 456: seen
+# here in a CI bake of 22 stages on 2 cores, every stage then "context canceled"): a run again finds the steps cached
+ENGINE_DEADLINE = re.compile(r"ERROR: failed to solve: DeadlineExceeded|no active session for \S+: context deadline")
+
+
+def bake_error(bake_tail: str) -> str | None:
+    """The bake's own ERROR line, when it has one (a failure of the solve itself, not of a step)."""
+    return next((line.strip() for line in reversed(bake_tail.splitlines()) if line.startswith("ERROR: ")), None)
+
+
+def engine_deadline(progresses: Iterable[StageProgress], bake_tail: str) -> bool:
+    """Did the bake end on BuildKit's deadline, with no step failing for a reason of its own?"""
+    errors = [error for progress in progresses for _, _, error in progress.failed_steps()]
+    return bool(ENGINE_DEADLINE.search(bake_tail)) and all("context canceled" in e for e in errors)
+
+
 def source_date(matrix: Matrix) -> SourceDate:
     """What the images of this checkout are of: the matrix release's date (or $SOURCE_DATE_EPOCH) and the last
     revision that changed what images are made from."""
@@ -246,14 +262,19 @@ class Builder:
               metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress]]:
         outcome, progresses, tail = self._bake_once(plan, files, metadata, "")
         tries = 0
-        while (not outcome.interrupted and outcome.returncode != 0 and lost_naming_race(progresses.values())
-               and tries < NAMING_RETRIES):
-            # builds on one engine exporting the same image at one moment: the containerd image store creates the name
-            # for one and refuses the others ("already exists"); a try again finds the steps in the cache, and may
-            # meet the next stage's race while a third build is there too (CI's overlapping builds: three of them)
+        while not outcome.interrupted and outcome.returncode != 0 and tries < NAMING_RETRIES:
+            if lost_naming_race(progresses.values()):
+                # builds on one engine exporting the same image at one moment: the containerd image store creates the
+                # name for one and refuses the others ("already exists"); a try again finds the steps in the cache,
+                # and may meet the next stage's race while a third build is there too (CI's overlapping builds)
+                why = ("another build on this engine named the same image at the same moment (the containerd image "
+                       "store refused the second name)")
+            elif engine_deadline(progresses.values(), tail):
+                why = f"BuildKit's session timed out ({bake_error(tail)}), no step failed of its own"
+            else:
+                break
             tries += 1
-            self.out("another build on this engine named the same image at the same moment (the containerd image "
-                     f"store refused the second name): baking once more, from the cache ({tries}/{NAMING_RETRIES})")
+            self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})")
             outcome, progresses, tail = self._bake_once(plan, files, metadata, f"-again{tries}")
         self._raise_for(plan, outcome, progresses, tail)
         return outcome, progresses
@@ -295,6 +316,13 @@ class Builder:
             return
         parts = []
         failure = _first_failure(plan, progresses)
+        own = bake_error(bake_tail)
+        if failure is not None and "context canceled" in failure[3] and own and "context canceled" not in own:
+            # every step was stopped by the bake's own failure: that is the cause to show, not a stopped step
+            parts.append(f"the bake failed: {own} (every stage's steps then stopped: context canceled)\n--- last "
+                         f"lines of the bake's log ---\n{bake_tail}\n--- full log: {self.log_dir / 'bake.log'}")
+            names = ", ".join(stage.tag for stage in unfinished)
+            raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
         if failure is None:
             parts.append(f"the bake ended with exit {outcome.returncode} and no failed step\n--- last lines of the "
                          f"bake's log ---\n{bake_tail}")
