@@ -31,10 +31,13 @@ SERVE = ["python", "-m", "http.server", "8000", "--bind", "0.0.0.0", "--director
 def serving_image(request, docker_client, ci_images) -> str:
     """The CI image of the backend, by its label (not by its name)."""
     # the backend's own image: a framework image (verl) over it carries the same backend label
+    # the backend's own image: a framework image (verl) over it carries the same backend label; one device's (A3:
+    # the 950's vLLM-Ascend image serves the same way)
     images = [tag for tag in ci_images
               if docker_client.images.get(tag).labels.get(label("backend")) == request.param
-              and not docker_client.images.get(tag).labels.get(label("framework"))]
-    assert len(images) == 1, f"one CI image of backend {request.param} expected: {ci_images}"
+              and not docker_client.images.get(tag).labels.get(label("framework"))
+              and docker_client.images.get(tag).labels.get(label("device")) == "a3"]
+    assert len(images) == 1, f"one A3 CI image of backend {request.param} expected: {ci_images}"
     return images[0]
 
 

@@ -297,7 +297,7 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
     canceled"; moby/buildkit issue 2691: a run again succeeds) is baked once more from the cache; a failed RUN is not.
     When the tries are spent, the failure names the bake's error, not a stopped step."""
     from ascend_images.builder import bake
-    from ascend_images.builder.build import NAMING_RETRIES, bake_error, engine_deadline
+    from ascend_images.builder.build import NAMING_RETRIES, bake_error, engine_failed
     from ascend_images.errors import BuildError
     from ascend_images.stages.bake import target_name
     from ascend_images.stages.plan import PlanOptions, make_plan
@@ -312,9 +312,9 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
     deadline = "#1 DONE 0.0s\nERROR: failed to solve: DeadlineExceeded: context deadline exceeded\n"
     cancelled, failed = stage("a", "context canceled"), stage("b", "process did not complete successfully: exit 1")
     assert bake_error(deadline) == "ERROR: failed to solve: DeadlineExceeded: context deadline exceeded"
-    assert engine_deadline([cancelled], deadline)
-    assert not engine_deadline([cancelled, failed], deadline)
-    assert not engine_deadline([cancelled], "ERROR: failed to solve: process did not complete successfully\n")
+    assert engine_failed([cancelled], deadline)
+    assert not engine_failed([cancelled, failed], deadline)
+    assert not engine_failed([cancelled], "ERROR: failed to solve: process did not complete successfully\n")
 
     plan = make_plan([variant(tmp_path, backend="none", device="a3")], PlanOptions(CannSource("url", strict=False)))
     first = plan.stages[0]
@@ -331,6 +331,25 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
     with pytest.raises(BuildError) as err:
         builder._bake(plan, (), tmp_path / "m.json")
     assert tries == ["", *(f"-again{n}" for n in range(1, NAMING_RETRIES + 1))]
-    assert sum("BuildKit's session timed out" in line for line in said) == NAMING_RETRIES
+    assert sum("BuildKit failed of itself" in line for line in said) == NAMING_RETRIES
     text = str(err.value)
     assert text.startswith("the bake failed: ERROR: failed to solve: DeadlineExceeded") and first.tag in text
+
+
+def test_buildkits_own_faults_are_told_from_a_failed_step(tmp_path):
+    """The other faults of BuildKit's own that CI runs met under concurrent bakes: the solver's lost edge, a snapshot
+    gone when a step commits; a disk-full bake says so."""
+    from ascend_images.builder.build import engine_failed
+
+    def stage(name: str, error: str) -> StageProgress:
+        with StageProgress("[1/2 base]", tmp_path / f"{name}.log", lambda line: None) as progress:
+            progress.event({"vertexes": [vertex(f"sha256:{name}", "[image-files 3/5] COPY etc/ /out/", completed=True,
+                                                error=error)]})
+        return progress
+
+    edge = "ERROR: failed to solve: failed to get edge: inconsistent graph state\n"
+    gone = stage("a", "failed to commit pywt0x to tynp6 during finalize: failed to stat active key during commit: "
+                      "snapshot pywt0x does not exist: not found")
+    assert engine_failed([stage("b", "context canceled")], edge)
+    assert engine_failed([gone, stage("c", "context canceled")], "ERROR: failed to solve: x\n")
+    assert not engine_failed([gone, stage("d", "process did not complete successfully: exit code: 1")], "")

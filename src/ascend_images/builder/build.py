@@ -108,9 +108,13 @@ def lost_naming_race(progresses: Iterable[StageProgress]) -> bool:
     return bool(own) and all(NAMING_RACE.search(e) for e in own)
 
 
-# BuildKit's own session timing out while a build exports (moby/buildkit issues 2691, 4327; docker/buildx 456: seen
-# here in a CI bake of 22 stages on 2 cores, every stage then "context canceled"): a run again finds the steps cached
-ENGINE_DEADLINE = re.compile(r"ERROR: failed to solve: DeadlineExceeded|no active session for \S+: context deadline")
+# BuildKit failing of itself under concurrent bakes on 2 cores (seen in this project's CI runs, BuildKit 0.13 in
+# dockerd 26.1): its session timing out while stages export (moby/buildkit issues 2691, 4327; docker/buildx 456),
+# its solver losing an edge another build shares ("inconsistent graph state"), a snapshot another build removed
+# while a step committed. No step failed of its own; a run again finds the steps in the cache
+ENGINE_SOLVE = re.compile(r"ERROR: failed to solve: DeadlineExceeded|no active session for \S+: context deadline"
+                             r"|failed to get edge: inconsistent graph state")
+ENGINE_STEP = re.compile(r"failed to commit \S+ to \S+ during finalize: .*does not exist: not found")
 
 
 def bake_error(bake_tail: str) -> str | None:
@@ -118,10 +122,13 @@ def bake_error(bake_tail: str) -> str | None:
     return next((line.strip() for line in reversed(bake_tail.splitlines()) if line.startswith("ERROR: ")), None)
 
 
-def engine_deadline(progresses: Iterable[StageProgress], bake_tail: str) -> bool:
-    """Did the bake end on BuildKit's deadline, with no step failing for a reason of its own?"""
+def engine_failed(progresses: Iterable[StageProgress], bake_tail: str) -> bool:
+    """Did BuildKit fail of itself (its solve, or a step's commit), with no step failing for a reason of its own?"""
     errors = [error for progress in progresses for _, _, error in progress.failed_steps()]
-    return bool(ENGINE_DEADLINE.search(bake_tail)) and all("context canceled" in e for e in errors)
+    own = [e for e in errors if "context canceled" not in e]
+    if own:
+        return all(ENGINE_STEP.search(e) for e in own)
+    return bool(ENGINE_SOLVE.search(bake_tail))
 
 
 def source_date(matrix: Matrix) -> SourceDate:
@@ -269,8 +276,8 @@ class Builder:
                 # and may meet the next stage's race while a third build is there too (CI's overlapping builds)
                 why = ("another build on this engine named the same image at the same moment (the containerd image "
                        "store refused the second name)")
-            elif engine_deadline(progresses.values(), tail):
-                why = f"BuildKit's session timed out ({bake_error(tail)}), no step failed of its own"
+            elif engine_failed(progresses.values(), tail):
+                why = f"BuildKit failed of itself ({bake_error(tail)}), no step failed of its own"
             else:
                 break
             tries += 1
@@ -317,6 +324,9 @@ class Builder:
         parts = []
         failure = _first_failure(plan, progresses)
         own = bake_error(bake_tail)
+        full = " (the engine's disk is full: free space with `docker system prune`, then run again)"
+        if own and disk_full(own):
+            own += full
         if failure is not None and "context canceled" in failure[3] and own and "context canceled" not in own:
             # every step was stopped by the bake's own failure: that is the cause to show, not a stopped step
             parts.append(f"the bake failed: {own} (every stage's steps then stopped: context canceled)\n--- last "
@@ -324,8 +334,9 @@ class Builder:
             names = ", ".join(stage.tag for stage in unfinished)
             raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
         if failure is None:
-            parts.append(f"the bake ended with exit {outcome.returncode} and no failed step\n--- last lines of the "
-                         f"bake's log ---\n{bake_tail}")
+            hint = full if disk_full(bake_tail) else ""
+            parts.append(f"the bake ended with exit {outcome.returncode} and no failed step{hint}\n--- last lines "
+                         f"of the bake's log ---\n{bake_tail}")
         else:
             stage, progress, step, error = failure
             if disk_full(f"{error}\n{progress.tail()}\n{bake_tail}"):
