@@ -334,6 +334,7 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
     assert sum("BuildKit failed of itself" in line for line in said) == NAMING_RETRIES
     text = str(err.value)
     assert text.startswith("the bake failed: ERROR: failed to solve: DeadlineExceeded") and first.tag in text
+    assert f"BuildKit failed of itself {NAMING_RETRIES + 1} times over: restart the Docker engine" in text
 
 
 def test_buildkits_own_faults_are_told_from_a_failed_step(tmp_path):

@@ -283,7 +283,15 @@ class Builder:
             tries += 1
             self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})")
             outcome, progresses, tail = self._bake_once(plan, files, metadata, f"-again{tries}")
-        self._raise_for(plan, outcome, progresses, tail)
+        try:
+            self._raise_for(plan, outcome, progresses, tail)
+        except BuildError as exc:
+            if tries and engine_failed(progresses.values(), tail):
+                # the same fault every time: a cache record whose snapshot is gone stays until the engine drops it
+                raise BuildError(f"{exc}\nBuildKit failed of itself {tries + 1} times over: restart the Docker "
+                                 "engine (it drops a cache record whose snapshot is gone), or `docker builder prune`, "
+                                 "then build again") from None
+            raise
         return outcome, progresses
 
     def _bake_once(self, plan: BuildPlan, files: tuple[Path, ...], metadata: Path,
