@@ -96,6 +96,7 @@ def _first_failure(plan: BuildPlan, progresses: dict[str, StageProgress]) -> tup
     return stage, progresses[target_name(stage)], step, error
 
 
+DISK_FULL_HINT = " (the engine's disk is full: free space with `docker system prune`, then run again)"
 NAMING_RACE = re.compile(r'image "[^"]+": already exists')
 NAMING_RETRIES = 3  # a chain has a handful of stages; each try gets at least one more of them named
 
@@ -332,9 +333,8 @@ class Builder:
         parts = []
         failure = _first_failure(plan, progresses)
         own = bake_error(bake_tail)
-        full = " (the engine's disk is full: free space with `docker system prune`, then run again)"
         if own and disk_full(own):
-            own += full
+            own += DISK_FULL_HINT
         if failure is not None and "context canceled" in failure[3] and own and "context canceled" not in own:
             # every step was stopped by the bake's own failure: that is the cause to show, not a stopped step
             parts.append(f"the bake failed: {own} (every stage's steps then stopped: context canceled)\n--- last "
@@ -342,13 +342,13 @@ class Builder:
             names = ", ".join(stage.tag for stage in unfinished)
             raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
         if failure is None:
-            hint = full if disk_full(bake_tail) else ""
+            hint = DISK_FULL_HINT if disk_full(bake_tail) else ""
             parts.append(f"the bake ended with exit {outcome.returncode} and no failed step{hint}\n--- last lines "
                          f"of the bake's log ---\n{bake_tail}")
         else:
             stage, progress, step, error = failure
             if disk_full(f"{error}\n{progress.tail()}\n{bake_tail}"):
-                error += " (the engine's disk is full: free space with `docker system prune`, then run again)"
+                error += DISK_FULL_HINT
             parts.append(f"{progress.label} {stage.tag} failed at step {step} after {fmt_seconds(progress.seconds)}: "
                          f"{error}\n--- last lines of {progress.log_path} ---\n{progress.tail()}\n"
                          f"--- full log: {progress.log_path}")

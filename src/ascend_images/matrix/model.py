@@ -189,6 +189,14 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
     return problems
 
 
+def backend_unsupported(spec: MatrixSpec, device: str, backend: str) -> str | None:
+    """Why upstream ships no `backend` image on `device` at all (devices.<d>.support.backends), or None."""
+    support = spec.devices[device].support
+    if support is None or support.backends is None or backend in support.backends:
+        return None
+    return support.why_not.get(backend, f"upstream ships it with {', '.join(support.backends)} only")
+
+
 def unsupported(spec: MatrixSpec, device: str, release: str, backend: str, framework: str = "none") -> str | None:
     """Why upstream ships no `device` image of this release, backend and framework (devices.<d>.support), or None.
     A release below a device's lines has no variant for it in the matrix, and naming one is refused (rule
@@ -198,9 +206,9 @@ def unsupported(spec: MatrixSpec, device: str, release: str, backend: str, frame
         return None
     rel = spec.releases[release]
     what = f"{device} ({spec.devices[device].description.split(':')[0]})"
-    if support.backends is not None and backend not in support.backends:
-        why = support.why_not.get(backend, f"upstream ships it with {', '.join(support.backends)} only")
-        return f"no {backend} image for {what}: {why}; valid backends: {', '.join(support.backends)}"
+    why = backend_unsupported(spec, device, backend)
+    if why is not None:
+        return f"no {backend} image for {what}: {why}; valid backends: {', '.join(support.backends or [])}"
     if framework != "none" and support.frameworks is not None and framework not in support.frameworks:
         why = support.why_not.get(framework, "upstream ships no such image")
         valid = ", ".join(support.frameworks) or "none"

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 
 from ascend_images.errors import SelectionError
-from ascend_images.matrix.model import Matrix, Variant, unknown, unsupported
+from ascend_images.matrix.model import Matrix, Variant, backend_unsupported, unknown, unsupported
 
 
 def _split(values: str | Iterable[str] | None) -> list[str] | None:
@@ -63,11 +63,12 @@ def select(
     backends = _pick("backend", "--backend", _split(backend), spec.backends, ["none"])
     fw = framework if framework in spec.frameworks else "none"
 
+    def release_for(dev: str, be: str) -> str | None:  # --release, the framework's default, the device's default
+        return release or d.framework_release.get(fw, {}).get(be) or d.release.get(dev, {}).get(be)
+
     def ships(dev: str) -> bool:  # a release for each backend, which upstream ships on the device
-        names = [release or d.framework_release.get(fw, {}).get(be) or d.release.get(dev, {}).get(be)
-                 for be in backends]
-        return all(n in spec.releases and unsupported(spec, dev, n, be, fw) is None
-                   for n, be in zip(names, backends, strict=True))
+        return all((n := release_for(dev, be)) in spec.releases and unsupported(spec, dev, n, be, fw) is None
+                   for be in backends)
 
     # no --device: every device that has the selection (the 950 has no SGLang, and no CANN below 9.1.0)
     devices = _pick("device", "--device", wanted_devices, spec.devices,
@@ -88,12 +89,12 @@ def select(
     variants = []
     for dev in devices:
         for be in backends:
-            name = release or d.framework_release.get(framework, {}).get(be) or d.release.get(dev, {}).get(be)
-            support = spec.devices[dev].support
-            if name is None and support is not None and support.backends is not None and be not in support.backends:
-                why = support.why_not.get(be, f"upstream ships it with {', '.join(support.backends)} only")
+            name = release_for(dev, be)
+            why = backend_unsupported(spec, dev, be)
+            if name is None and why is not None:
+                valid = spec.devices[dev].support.backends  # type: ignore[union-attr]
                 raise SelectionError(f"--device {dev} --backend {be}: no such image ({why}); valid backends for {dev}: "
-                                     f"{', '.join(support.backends)} (rule device-support)")
+                                     f"{', '.join(valid or [])} (rule device-support)")
             if name is None:
                 raise SelectionError(
                     f"no default release for device {dev!r} and backend {be!r} in defaults.release; "
