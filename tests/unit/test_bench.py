@@ -1,3 +1,4 @@
+import contextlib
 import io
 import os
 from typing import ClassVar
@@ -214,8 +215,12 @@ def fake_bench(monkeypatch, tmp_path):
             self.wanted = self.downloaded = 0
             builders.append(self)
 
-        def build(self, plan):
-            self.plan = plan
+        @contextlib.contextmanager
+        def workspace(self, plan):
+            yield SimpleNamespace(plan=plan)
+
+        def build(self, workspace):
+            plan = self.plan = workspace.plan
             if self.on_fleet and state.fail:
                 raise state.fail
             clock[0] += 30.0 if self.on_fleet else 600.0 if self.settings.nocache else 6.0

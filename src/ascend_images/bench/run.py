@@ -108,7 +108,8 @@ def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool, cache: bool = Fals
     # of two emulated backends runs for half an hour
     builder = Builder(settings, out=lambda line: setup.out(f"    {line}"))
     started = time.monotonic()
-    results = builder.build(plan)
+    with builder.workspace(plan) as workspace:
+        results = builder.build(workspace)
     if counts is not None:
         counts.update(wanted=builder.wanted, downloaded=builder.downloaded)
     return time.monotonic() - started, results

@@ -1,12 +1,13 @@
 """Build a plan on BuildKit (DESIGN 23, 25): one `docker buildx bake` of the plan's bake definition, on whichever
-builder is named. The definition and the stages' contexts are rendered by the writer that makes
-rendered/docker-bake.json (stages/bake.py), so what `invoke build` runs is what a user's CI runs with that file.
+builder is named. The definition and the stages' contexts are written first (workspace.py, with the writer that makes
+rendered/docker-bake.json), so what `invoke build` runs is what a user's CI runs with that file, and this module
+renders, loads and checks nothing: `Builder.workspace(plan)` writes, `Builder.build(workspace)` bakes.
 
 BuildKit orders the stages, builds a shared one once (within a build, and between concurrent builds on one engine),
 takes every step it can from its cache (the engine's, or a registry's: --stage-cache), and names an image only when
 its stage has finished. What stays ours around it, and why:
 - the inputs: each stage's own files of the wheel store, the CANN directory and the artifacts, laid out as its named
-  contexts before the build starts (stageinputs), so a missing file stops the build in seconds, not after an hour of
+  contexts before the build starts (workspace, stageinputs), so a missing file stops the build in seconds, not after an hour of
   emulated steps, and a wheel added to the store never changes another stage's cache keys;
 - the secrets, written to files of this build only, given as bake secrets, removed after;
 - progress per stage, from bake's rawjson, with a full log per stage (progress.BakeProgress): a failure shows the
@@ -20,10 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import functools
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -36,7 +35,8 @@ from ascend_images.builder import bake
 from ascend_images.builder.builders import BuildxBuilder
 from ascend_images.builder.engine import disk_full
 from ascend_images.builder.progress import BakeProgress, StageProgress, fmt_seconds, printer
-from ascend_images.builder.stageinputs import lay_out_bake_inputs, write_secrets
+from ascend_images.builder.stageinputs import write_secrets
+from ascend_images.builder.workspace import Workspace, work_dir_lock, write_workspace
 from ascend_images.checkout import SourceDate, definition_revision, source_date_epoch
 from ascend_images.console import note
 from ascend_images.errors import BuildError, Interrupted
@@ -45,13 +45,12 @@ from ascend_images.inputs.pypi import PYPI_SIMPLE
 from ascend_images.inputs.sources import BuildInputs, Sources
 from ascend_images.inputs.wheelstore import WheelStore, default_store
 from ascend_images.matrix.model import Matrix
-from ascend_images.stages.bake import bake_file, render_plan, target_name
+from ascend_images.stages.bake import target_name
 from ascend_images.stages.contexts import INSTALLER_OS
 from ascend_images.stages.plan import BuildPlan, PlanOptions
 from ascend_images.stages.stage import Stage
 
 Out = Callable[[str], None]
-DEFINITION = "docker-bake.json"
 
 
 @dataclass(frozen=True)
@@ -138,25 +137,6 @@ def source_date(matrix: Matrix) -> SourceDate:
     return SourceDate(definition_revision(), source_date_epoch(matrix.source_date_epoch))
 
 
-@contextlib.contextmanager
-def _work_dir_lock(work_dir: Path, out: Out) -> Iterator[None]:
-    """One build per work directory at a time: a second waits, saying for whom (the kernel drops a flock when its
-    holder dies, so a killed build never leaves it held)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    with (work_dir / ".build.lock").open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            out(f"waiting for the build in {work_dir} ({handle.read().strip() or 'another process'}) to end")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        yield
-
-
 class Builder:
     def __init__(self, settings: BuildSettings, out: Out | None = None, progress: Out = note):
         self.settings = settings
@@ -189,26 +169,16 @@ class Builder:
                 # own (docker-container, remote, kubernetes) grants that only by an entitlement, so there, its own
                 "NETWORK": "host" if local else "default"}
 
-    def write(self, plan: BuildPlan) -> tuple[Path, dict[str, Path]]:
-        """The plan's contexts, definition and named contexts in the work directory; returns the definition and each
-        stage's context."""
-        work = self.settings.work_dir.absolute()
-        rendered = render_plan(plan, self.settings.sources, work / "contexts")
-        matrix = plan.stages[0].variant.matrix
-        definition = bake_file(plan, {slug: r.dockerfile for slug, r in rendered.items()},
-                               matrix.source_date_epoch, SourceDate(epoch=matrix.source_date_epoch).iso,
-                               matrix.spec.os[INSTALLER_OS].image)
-        path = work / DEFINITION
-        path.write_text(json.dumps(definition, indent=2) + "\n", encoding="utf-8")
-        wanted = sum(len(r.wanted) for r in rendered.values())
-        store = self.store
-        before = len(store.downloaded)
-        lay_out_bake_inputs(plan, rendered, self.settings.sources, store, work / "bake-inputs",
-                            lambda url: with_login(url, self.settings.inputs.index_credentials))
-        self.wanted, self.downloaded = wanted, len(store.downloaded) - before
-        self.progress(f"inputs: {len(plan.stages)} stage(s), {wanted} file(s) of the wheel store "
-                      f"({self.downloaded} downloaded now), laid out in {work / 'bake-inputs'}")
-        return path, {stage.slug: work / "contexts" / stage.slug for stage in plan.stages}
+    @contextlib.contextmanager
+    def workspace(self, plan: BuildPlan) -> Iterator[Workspace]:
+        """The plan written out for its bake (workspace.py), the work directory held for this build until the block
+        ends."""
+        with work_dir_lock(self.settings.work_dir, self.out):
+            written = write_workspace(plan, self.settings.sources, self.store, self.settings.work_dir,
+                                      lambda url: with_login(url, self.settings.inputs.index_credentials),
+                                      self.progress)
+            self.wanted, self.downloaded = written.wanted, written.downloaded
+            yield written
 
     def overrides(self, plan: BuildPlan, secrets: dict[str, Path]) -> dict:
         """What this build adds to the definition: the secrets it was given, and the output where it is not the
@@ -222,20 +192,19 @@ class Builder:
             target["target"], target["tags"] = self._only[0], [self._only[1]]
         return {"target": {target_name(stage): dict(target) for stage in plan.stages}} if target else {}
 
-    def build(self, plan: BuildPlan) -> list[StageResult]:
-        started = time.monotonic()
-        with _work_dir_lock(self.settings.work_dir, self.out):
-            definition, contexts = self.write(plan)
-            scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=self.settings.work_dir.absolute()))
-            try:
-                secrets = write_secrets(self.settings.inputs, scratch / "secrets")
-                extra = scratch / "build.json"
-                extra.write_text(json.dumps(self.overrides(plan, secrets)), encoding="utf-8")
-                files = (definition, extra, *self._network(plan, scratch))
-                outcome, progresses = self._bake(plan, files, scratch / "metadata.json")
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-        results = self._results(plan, outcome, progresses, contexts)
+    def build(self, workspace: Workspace) -> list[StageResult]:
+        """One bake of the workspace's definition; each stage tagged only once it finished."""
+        started, plan = time.monotonic(), workspace.plan
+        scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=workspace.root))
+        try:
+            secrets = write_secrets(self.settings.inputs, scratch / "secrets")
+            extra = scratch / "build.json"
+            extra.write_text(json.dumps(self.overrides(plan, secrets)), encoding="utf-8")
+            files = (workspace.definition, extra, *self._network(plan, scratch))
+            outcome, progresses = self._bake(plan, files, scratch / "metadata.json")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        results = self._results(plan, outcome, progresses, workspace.contexts)
         built = sum(r.status == "built" for r in results)
         self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, {len(results) - built} made "
                  f"from cached steps, {len(results)} stages")
@@ -250,7 +219,9 @@ class Builder:
                         users=[stage.variant])
         self._only = ("installer", name)
         try:
-            self.build(BuildPlan([alone], {stage.variant: alone}, PlanOptions(self.settings.sources.cann)))
+            with self.workspace(BuildPlan([alone], {stage.variant: alone},
+                                          PlanOptions(self.settings.sources.cann))) as written:
+                self.build(written)
         finally:
             self._only = None
         return name

@@ -353,7 +353,9 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
                              stage_cache=stage_cache, stage_cache_read_only=stage_cache_read_only,
                              wheel_store=flags.store_root(), installer_base=bases.get((INSTALLER_OS, host_arch())),
                              builder=chosen, push=push, load=load)
-    results = Builder(settings, out=out).build(plan)
+    builder = Builder(settings, out=out)
+    with builder.workspace(plan) as workspace:
+        results = builder.build(workspace)
     for v in variants:
         out(f"image for {v.name}: {plan.top(v).tag}")
     return plan, results

@@ -230,7 +230,9 @@ def build_overlay(client, v: Variant, namespace: str, sel: Selection) -> None:
     doubles = (client.images.get(below).labels or {}).get(TEST_DOUBLE_LABEL, "")
     plan = overlay_plan(v, PlanOptions(sources.cann, namespace), tuple(d for d in doubles.split(",") if d))
     note(f"building the overlay {plan.stages[0].tag} over {below}")
-    Builder(BuildSettings(sources, source_date=source_date(v.matrix), builder=preflight(None)), out=note).build(plan)
+    builder = Builder(BuildSettings(sources, source_date=source_date(v.matrix), builder=preflight(None)), out=note)
+    with builder.workspace(plan) as workspace:
+        builder.build(workspace)
 
 
 def check_device_indices(devices: tuple[int, ...], text: str, device: str | None, matrix: Matrix) -> None:
