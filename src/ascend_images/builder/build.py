@@ -7,8 +7,8 @@ BuildKit orders the stages, builds a shared one once (within a build, and betwee
 takes every step it can from its cache (the engine's, or a registry's: --stage-cache), and names an image only when
 its stage has finished. What stays ours around it, and why:
 - the inputs: each stage's own files of the wheel store, the CANN directory and the artifacts, laid out as its named
-  contexts before the build starts (workspace, stageinputs), so a missing file stops the build in seconds, not after an hour of
-  emulated steps, and a wheel added to the store never changes another stage's cache keys;
+  contexts before the build starts (workspace, stageinputs), so a missing file stops the build in seconds, not after
+  an hour of emulated steps, and a wheel added to the store never changes another stage's cache keys;
 - the secrets, written to files of this build only, given as bake secrets, removed after;
 - progress per stage, from bake's rawjson, with a full log per stage (progress.BakeProgress): a failure shows the
   tail and the log's path;
@@ -100,11 +100,16 @@ NAMING_RACE = re.compile(r'image "[^"]+": already exists')
 NAMING_RETRIES = 3  # a chain has a handful of stages; each try gets at least one more of them named
 
 
+def own_errors(progresses: Iterable[StageProgress]) -> list[str]:
+    """The errors of the steps that failed for a reason of their own (not stopped by a failure elsewhere)."""
+    return [error for progress in progresses for _, _, error in progress.failed_steps()
+            if "context canceled" not in error]
+
+
 def lost_naming_race(progresses: Iterable[StageProgress]) -> bool:
     """Did every step that failed for a reason of its own fail at naming its image, because another build had just
     created that name?"""
-    errors = [error for progress in progresses for _, _, error in progress.failed_steps()]
-    own = [e for e in errors if "context canceled" not in e]
+    own = own_errors(progresses)
     return bool(own) and all(NAMING_RACE.search(e) for e in own)
 
 
@@ -124,8 +129,7 @@ def bake_error(bake_tail: str) -> str | None:
 
 def engine_failed(progresses: Iterable[StageProgress], bake_tail: str) -> bool:
     """Did BuildKit fail of itself (its solve, or a step's commit), with no step failing for a reason of its own?"""
-    errors = [error for progress in progresses for _, _, error in progress.failed_steps()]
-    own = [e for e in errors if "context canceled" not in e]
+    own = own_errors(progresses)
     if own:
         return all(ENGINE_STEP.search(e) for e in own)
     return bool(ENGINE_SOLVE.search(bake_tail))
