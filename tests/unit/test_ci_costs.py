@@ -69,6 +69,25 @@ def test_the_table_shows_both_runs_and_the_budget(tmp_path, matrix):
     assert "- warm run: **10 min 00 s** of `.ci/run` (budget 10 min)" in table
 
 
+def test_runs_of_other_images_get_rows_of_their_own(tmp_path):
+    """A cold run recorded before a default moved and a device was added, a warm run after: each figure stays on the
+    images it was measured on (written out by hand: the record's shape, not `record`'s output)."""
+    old, new, a5 = ("ns/sglang:0.5.17-cann9.0.0-a3-debian12-py3.11-arm64",
+                    "ns/sglang:0.5.20-cann9.0.0-a3-debian12-py3.11-arm64",
+                    "ns/vllm-ascend:0.23.0-cann9.1.0-a5-debian12-py3.11-arm64")
+    run = lambda rows, wall: {"commit": "c" * 40, "date": "2026-12-02", "wall_s": wall, "other_checks_s": 60.0,  # noqa: E731
+                              "rows": [{"selection": i, "images": images, "build_s": b, "checks_s": c}
+                                       for i, (images, b, c) in enumerate(rows)]}
+    (tmp_path / "ci-costs.json").write_text(json.dumps({
+        "cold": run([([A2, A3], 120.0, 60.0), ([old], 300.0, 90.0)], 1800),
+        "warm": run([([A2, A3], 0.0, 30.0), ([new], 0.0, 45.0), ([a5], 240.0, 50.0)], 600)}))
+    lines = costs_table(tmp_path).splitlines()
+    assert "| `sglang:0.5.17-cann9.0.0-a3-debian12-py3.11-arm64` | 5 min 00 s / 1 min 30 s | - |" in lines
+    assert "| `sglang:0.5.20-cann9.0.0-a3-debian12-py3.11-arm64` | - | 0 min 00 s / 0 min 45 s |" in lines
+    assert "| `vllm-ascend:0.23.0-cann9.1.0-a5-debian12-py3.11-arm64` | - | 4 min 00 s / 0 min 50 s |" in lines
+    assert sum(line.startswith("| `torch-npu:") for line in lines) == 1
+
+
 def test_no_records_is_said_and_a_wrong_run_refused(tmp_path):
     with pytest.raises(SelectionError, match="build-report.json: missing; run README's test command first"):
         add_up(tmp_path)

@@ -104,14 +104,16 @@ def costs_table(root: Path = PROJECT_ROOT) -> str:
     runs = [r for r in RUNS if r in data]
     head = " | ".join(f"{r}: built / checks" for r in runs)
     lines = [f"| CI images | {head} |", "|---|" + "---|" * len(runs)]
-    by_selection = {row["selection"]: row for row in data[runs[0]]["rows"]}
-    for selection, row in by_selection.items():
-        images = "<br>".join(f"`{i.split('/', 1)[-1]}`" for i in row["images"])
-        cells = []
-        for r in runs:
-            other = next((x for x in data[r]["rows"] if x["selection"] == selection), None)
-            cells.append(f"{_minutes(other['build_s'])} / {_minutes(other['checks_s'])}" if other else "-")
-        lines.append(f"| {images} | {' | '.join(cells)} |")
+    # a row per set of images, as each run named them: two runs of different commits may have built different
+    # releases (a default moved, a device added), and a figure belongs only to the images it was measured on
+    rows: dict[tuple[str, ...], dict[str, dict]] = {}
+    for r in runs:
+        for row in data[r]["rows"]:
+            rows.setdefault(tuple(i.split("/", 1)[-1] for i in row["images"]), {})[r] = row
+    for images, measured in rows.items():
+        cells = [f"{_minutes(measured[r]['build_s'])} / {_minutes(measured[r]['checks_s'])}" if r in measured
+                 else "-" for r in runs]
+        lines.append(f"| {'<br>'.join(f'`{i}`' for i in images)} | {' | '.join(cells)} |")
     lines.append("| every other test (no image of its own; run beside the builds on the other workers) | "
                  + " | ".join(f"- / {_minutes(data[r]['other_checks_s'])}" for r in runs) + " |")
     lines.append("")
