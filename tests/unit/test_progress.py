@@ -354,3 +354,40 @@ def test_buildkits_own_faults_are_told_from_a_failed_step(tmp_path):
     assert engine_failed([stage("b", "context canceled")], edge)
     assert engine_failed([gone, stage("c", "context canceled")], "ERROR: failed to solve: x\n")
     assert not engine_failed([gone, stage("d", "process did not complete successfully: exit code: 1")], "")
+
+
+def test_a_stage_built_in_a_try_the_naming_race_ended_is_reported_built(tmp_path):
+    """A bake that lost the naming race ran a stage's steps, and its try again found them in the cache: the stage was
+    built by this build, and its report says so (as CI's overlapping builds met it: the first build's report said
+    every stage but the base came from a cache, though nothing else had built them)."""
+    from ascend_images.builder import bake
+    from ascend_images.stages.bake import target_name
+    from ascend_images.stages.plan import PlanOptions, make_plan
+    from tests.unit.helpers import variant
+
+    plan = make_plan([variant(tmp_path, backend="none", device="a3")], PlanOptions(CannSource("url", strict=False)))
+    builder = Builder(BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path), out=lambda _: None)
+    race = 'image "docker.io/ns/base:debian12-py3.11-arm64": already exists'
+
+    def stage(name: str, first: bool) -> StageProgress:
+        with StageProgress("[1/2 x]", tmp_path / f"{name}.log", lambda line: None) as progress:
+            step = vertex(f"sha256:{name}-run", "[x 1/1] RUN make", completed=True, **({} if first else
+                                                                                       {"cached": True}))
+            export = vertex(f"sha256:{name}-export", "exporting to image", completed=True,
+                            **({"error": race} if first and name.endswith("0") else {}))
+            progress.event({"vertexes": [step, export]})
+        return progress
+
+    tries = []
+
+    def bake_once(plan, files, metadata, suffix):
+        tries.append(suffix)
+        first = len(tries) == 1
+        progresses = {target_name(s): stage(f"{suffix}{i}", first) for i, s in enumerate(plan.stages)}
+        return bake.BakeOutcome(1 if first else 0, False), progresses
+
+    builder._bake_once = lambda *args: (*bake_once(*args), "")
+    outcome, progresses = builder._bake(plan, (), tmp_path / "m.json")
+    assert tries == ["", "-again1"]
+    results = builder._results(plan, outcome, progresses, {s.slug: tmp_path for s in plan.stages})
+    assert [r.status for r in results] == ["built"] * len(plan.stages)

@@ -149,6 +149,7 @@ class Builder:
         self.results: dict[str, StageResult] = {}
         self.wanted = self.downloaded = 0  # the wheel store's files the stages take, and those fetched for them now
         self._only: tuple[str, str] | None = None  # (Dockerfile stage, tag): native_tool's one image
+        self._ran_before: dict[str, int] = {}  # steps each target ran in the tries before the last
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
 
@@ -244,6 +245,7 @@ class Builder:
     def _bake(self, plan: BuildPlan, files: tuple[Path, ...],
               metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress]]:
         outcome, progresses, tail = self._bake_once(plan, files, metadata, "")
+        self._ran_before = {name: 0 for name in progresses}
         tries = 0
         while not outcome.interrupted and outcome.returncode != 0 and tries < NAMING_RETRIES:
             if lost_naming_race(progresses.values()):
@@ -257,6 +259,9 @@ class Builder:
             else:
                 break
             tries += 1
+            # what a try ran is this build's work, though the next try finds it in the cache
+            for name, progress in progresses.items():
+                self._ran_before[name] += progress.steps_run
             self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})")
             outcome, progresses, tail = self._bake_once(plan, files, metadata, f"-again{tries}")
         try:
@@ -336,7 +341,8 @@ class Builder:
         for stage in plan.stages:
             progress = progresses[target_name(stage)]
             digest = (outcome.metadata.get(target_name(stage)) or {}).get("containerimage.digest", "")
-            status = "cached" if progress.steps_run == 0 and progress.steps_cached else "built"
+            ran = progress.steps_run + self._ran_before.get(target_name(stage), 0)
+            status = "cached" if ran == 0 and progress.steps_cached else "built"
             tag = self._only[1] if self._only else stage.tag  # native_tool's image has a name of its own
             result = StageResult(tag, stage.kind, status, digest, progress.seconds, str(progress.log_path),
                                  str(contexts[stage.slug]))
@@ -346,7 +352,7 @@ class Builder:
                          f"{fmt_seconds(progress.seconds)} ({short})")
             else:
                 self.out(f"{progress.label} {tag}: built in {fmt_seconds(progress.seconds)} ({short}; "
-                         f"{progress.steps_run} step(s) run, {progress.steps_cached} from a cache)")
+                         f"{ran} step(s) run, {progress.steps_cached} from a cache)")
             self.results[tag] = result
             results.append(result)
         return results
