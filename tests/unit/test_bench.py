@@ -212,12 +212,11 @@ def fake_bench(monkeypatch, tmp_path):
             self.settings = settings
             self.host = os.environ.get("DOCKER_HOST")
             self.on_fleet = any(self.host == engine.host for engine in FakeEngine.made)
-            self.wanted = self.downloaded = 0
             builders.append(self)
 
         @contextlib.contextmanager
         def workspace(self, plan):
-            yield SimpleNamespace(plan=plan)
+            yield SimpleNamespace(plan=plan, wanted=0, downloaded=0)
 
         def build(self, workspace):
             plan = self.plan = workspace.plan

@@ -111,7 +111,7 @@ def _build(setup: BenchSetup, plan: BuildPlan, *, cold: bool, cache: bool = Fals
     with builder.workspace(plan) as workspace:
         results = builder.build(workspace)
     if counts is not None:
-        counts.update(wanted=builder.wanted, downloaded=builder.downloaded)
+        counts.update(wanted=workspace.wanted, downloaded=workspace.downloaded)
     return time.monotonic() - started, results
 
 

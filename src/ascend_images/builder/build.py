@@ -147,7 +147,6 @@ class Builder:
         self.out = out or printer()
         self.progress = progress  # each stage's step lines: stderr, unlike its outcome
         self.results: dict[str, StageResult] = {}
-        self.wanted = self.downloaded = 0  # the wheel store's files the stages take, and those fetched for them now
         self._only: tuple[str, str] | None = None  # (Dockerfile stage, tag): native_tool's one image
         self._ran_before: dict[str, int] = {}  # steps each target ran in the tries before the last
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -182,7 +181,6 @@ class Builder:
             written = write_workspace(plan, self.settings.sources, self.store, self.settings.work_dir,
                                       lambda url: with_login(url, self.settings.inputs.index_credentials),
                                       self.progress)
-            self.wanted, self.downloaded = written.wanted, written.downloaded
             yield written
 
     def overrides(self, plan: BuildPlan, secrets: dict[str, Path]) -> dict:
