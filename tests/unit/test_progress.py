@@ -387,7 +387,7 @@ def test_a_stage_built_in_a_try_the_naming_race_ended_is_reported_built(tmp_path
         return bake.BakeOutcome(1 if first else 0, False), progresses
 
     builder._bake_once = lambda *args: (*bake_once(*args), "")
-    outcome, progresses = builder._bake(plan, (), tmp_path / "m.json")
+    outcome, progresses, ran = builder._bake(plan, (), tmp_path / "m.json")
     assert tries == ["", "-again1"]
-    results = builder._results(plan, outcome, progresses, {s.slug: tmp_path for s in plan.stages})
+    results = builder._results(plan, outcome, progresses, ran, {s.slug: tmp_path for s in plan.stages})
     assert [r.status for r in results] == ["built"] * len(plan.stages)

@@ -148,7 +148,6 @@ class Builder:
         self.progress = progress  # each stage's step lines: stderr, unlike its outcome
         self.results: dict[str, StageResult] = {}
         self._only: tuple[str, str] | None = None  # (Dockerfile stage, tag): native_tool's one image
-        self._ran_before: dict[str, int] = {}  # steps each target ran in the tries before the last
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
 
@@ -204,10 +203,10 @@ class Builder:
             extra = scratch / "build.json"
             extra.write_text(json.dumps(self.overrides(plan, secrets)), encoding="utf-8")
             files = (workspace.definition, extra, *self._network(plan, scratch))
-            outcome, progresses = self._bake(plan, files, scratch / "metadata.json")
+            outcome, progresses, ran = self._bake(plan, files, scratch / "metadata.json")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        results = self._results(plan, outcome, progresses, workspace.contexts)
+        results = self._results(plan, outcome, progresses, ran, workspace.contexts)
         built = sum(r.status == "built" for r in results)
         self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, {len(results) - built} made "
                  f"from cached steps, {len(results)} stages")
@@ -241,9 +240,11 @@ class Builder:
         return [path]
 
     def _bake(self, plan: BuildPlan, files: tuple[Path, ...],
-              metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress]]:
+              metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress], dict[str, int]]:
+        """The last try's outcome and progress, and the steps each target ran over all tries (a try's work is this
+        build's, though the next try finds it in the cache)."""
         outcome, progresses, tail = self._bake_once(plan, files, metadata, "")
-        self._ran_before = {name: 0 for name in progresses}
+        ran_before = dict.fromkeys(progresses, 0)
         tries = 0
         while not outcome.interrupted and outcome.returncode != 0 and tries < NAMING_RETRIES:
             if lost_naming_race(progresses.values()):
@@ -257,9 +258,8 @@ class Builder:
             else:
                 break
             tries += 1
-            # what a try ran is this build's work, though the next try finds it in the cache
             for name, progress in progresses.items():
-                self._ran_before[name] += progress.steps_run
+                ran_before[name] += progress.steps_run
             self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})")
             outcome, progresses, tail = self._bake_once(plan, files, metadata, f"-again{tries}")
         try:
@@ -271,7 +271,7 @@ class Builder:
                                  "engine (it drops a cache record whose snapshot is gone), or `docker builder prune`, "
                                  "then build again") from None
             raise
-        return outcome, progresses
+        return outcome, progresses, {name: ran_before[name] + p.steps_run for name, p in progresses.items()}
 
     def _bake_once(self, plan: BuildPlan, files: tuple[Path, ...], metadata: Path,
                    suffix: str) -> tuple[bake.BakeOutcome, dict[str, StageProgress], str]:
@@ -334,12 +334,12 @@ class Builder:
         raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
 
     def _results(self, plan: BuildPlan, outcome: bake.BakeOutcome, progresses: dict[str, StageProgress],
-                 contexts: dict[str, Path]) -> list[StageResult]:
+                 ran_steps: dict[str, int], contexts: dict[str, Path]) -> list[StageResult]:
         results = []
         for stage in plan.stages:
             progress = progresses[target_name(stage)]
             digest = (outcome.metadata.get(target_name(stage)) or {}).get("containerimage.digest", "")
-            ran = progress.steps_run + self._ran_before.get(target_name(stage), 0)
+            ran = ran_steps[target_name(stage)]
             status = "cached" if ran == 0 and progress.steps_cached else "built"
             tag = self._only[1] if self._only else stage.tag  # native_tool's image has a name of its own
             result = StageResult(tag, stage.kind, status, digest, progress.seconds, str(progress.log_path),
