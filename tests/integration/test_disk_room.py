@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ascend_images.builder.scratch_engine import ScratchEngine
-from tests.fixtures.disk_room import GB, free_bytes, make_room
+from tests.fixtures.disk_room import GB, free_bytes, make_room, prune_build_cache
 from tests.unit.test_run import needs_root
 
 pytestmark = [pytest.mark.docker, needs_root]
@@ -75,7 +75,8 @@ def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_
         assert not make_room(too_much, too_much, engine.host, said.append, scratch_tmp, REVISION)
         assert build_cache_bytes(engine) == 0
         assert ci not in tags(engine) and os_image_amd64 in tags(engine)
-        assert any("BuildKit's cache pruned" in line for line in said), said
+        assert any("BuildKit's cache pruned but its cache mounts" in line for line in said), said
+        assert any("BuildKit's cache mounts pruned" in line for line in said), said
         assert any("removed the CI images" in line for line in said), said
         # with no CI image left the run is a cold one: the cold figure is the one that counts
         said.clear()
@@ -87,5 +88,42 @@ def test_make_room_removes_leftovers_first_then_the_cache_then_the_ci_images(os_
         labelled(engine, os_image_amd64, stale, OTHER_REVISION, tmp_path / "stale-again")
         assert make_room(too_much, 0, engine.host, said.append, scratch_tmp, REVISION)
         assert "this cold run wants 0 GB" in said[0] and stale not in tags(engine), said
+    finally:
+        engine.stop()
+
+
+MOUNTED = """FROM {base}
+ARG RUN
+RUN --mount=type=cache,id=probe-kept,target=/kept \\
+    sh -c 'echo kept: $(ls /kept); head -c 5000000 /dev/urandom > /kept/wheel.whl'
+RUN head -c 20000000 /dev/urandom > /blob
+"""
+
+
+def test_a_prune_that_keeps_the_cache_mounts_keeps_what_they_hold_and_nothing_else(os_image_amd64, tmp_path):
+    """The room-making's second step: every record of BuildKit's cache goes but the cache mounts (the wheels compiled
+    on the target), whose content the next build finds; the third step takes those too."""
+    engine = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-scratch-")))
+    engine.start()
+    try:
+        engine.load_from(os_image_amd64)
+        (tmp_path / "Dockerfile").write_text(MOUNTED.format(base=os_image_amd64))
+
+        def build(run: str) -> str:
+            done = subprocess.run(["docker", "--host", engine.host, "buildx", "build", "--progress", "plain",
+                                   "--build-arg", f"RUN={run}", "-t", f"probe:{run}", str(tmp_path)],
+                                  check=True, capture_output=True, text=True)
+            return done.stderr
+
+        assert "kept: wheel.whl" not in build("first")
+        assert build_cache_bytes(engine) > 25_000_000
+        prune_build_cache(engine.host, keep_cache_mounts=True)
+        # the 20 MB step is gone, the 5 MB mount stays (and the base's snapshot, which the image holds)
+        kinds = {entry["Type"] for entry in engine.client().df().get("BuildCache") or []}
+        assert kinds == {"exec.cachemount"}, kinds
+        assert "kept: wheel.whl" in build("second")
+        prune_build_cache(engine.host, keep_cache_mounts=False)
+        assert build_cache_bytes(engine) == 0
+        assert "kept: wheel.whl" not in build("third")
     finally:
         engine.stop()
