@@ -10,13 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import IN_CI, ROOT, X86_RELEASE, remove_tags, with_own_cann_stages
 from tests.fixtures.old_engine import old_engine
+from tests.fixtures.small_engine import second_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -79,26 +79,17 @@ def test_an_old_engine_is_refused_naming_its_version(ci_build, tmp_path):
 
 @pytest.fixture
 def second_engine_context(os_image_amd64, tmp_path):
-    """A second, real dockerd (a scratch engine with the host's x86_64 OS image), as the docker context `ai-second`
-    of a docker config of the test's own: `docker buildx ls` lists it as a builder (the docker driver of that
-    engine), whose images land there, not in the engine DOCKER_HOST names."""
-    from ascend_images.builder.scratch_engine import ScratchEngine, missing_requirement
-
-    problem = missing_requirement()
-    if problem:
-        (pytest.fail if IN_CI else pytest.skip)(problem)
-    engine = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-scratch-")))
-    engine.start()
-    try:
-        engine.load_from(os_image_amd64)
+    """A second, real dockerd (on a loop-mounted file system of its own, with the host's x86_64 OS image), as the
+    docker context `ai-second` of a docker config of the test's own: `docker buildx ls` lists it as a builder (the
+    docker driver of that engine), whose images land there, not in the engine DOCKER_HOST names."""
+    for engine in second_engine(8000):
+        engine.load_from_host(os_image_amd64)
         config = tmp_path / "docker-config"
         config.mkdir()
         env = {"DOCKER_CONFIG": str(config)}
         subprocess.run(["docker", "context", "create", "ai-second", "--docker", f"host={engine.host}"],
                        env={**os.environ, **env}, check=True, capture_output=True)
         yield engine, env
-    finally:
-        engine.stop()
 
 
 def test_a_builder_of_another_engine_pushes_and_its_images_are_read_from_the_registry(

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, ROOT, X86_RELEASE, remove_tags, with_own_cann_stages
+from tests.conftest import ROOT, X86_RELEASE, remove_tags, with_own_cann_stages
 from tests.fixtures.signals import default_sigint
+from tests.fixtures.small_engine import second_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -292,25 +293,6 @@ def test_permission_denied_on_the_engine_socket(tmp_path):
         # the control: the same socket with the capability kept is opened (the refusal was the permission)
         with socket.socket(socket.AF_UNIX) as client:
             client.connect(str(path))
-
-
-def second_engine(size_mb: int):
-    """A real second engine whose data root is a loop-mounted file system of `size_mb`."""
-    import tempfile
-
-    from tests.fixtures.small_engine import SmallEngine
-
-    # containerd's sockets live below the exec root: a pytest tmp_path is past the 108-byte socket path limit
-    engine = SmallEngine(Path(tempfile.mkdtemp(prefix="ai-small-")), size_mb=size_mb)
-    try:
-        engine.start()
-    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
-        engine.stop()
-        if IN_CI:
-            pytest.fail(f"CI=true but a small loop-mounted engine could not start: {exc}")
-        pytest.skip(f"no loop-mounted engine here: {exc}")
-    yield engine
-    engine.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ configuration (labels, env) or their files (`docker save` of the chain, every la
 x86_64 (native), torch 2.13.0's metadata-only double served by the private torch index (what is tested is where
 the credentials go, not torch: the real wheel would add a 900 MB layer to build, save and scan). Every step runs
 (`--no-cache`: a cache key sees no credential, so BuildKit would otherwise take the steps from its cache) under a
-namespace of its own, removed afterwards."""
+namespace of its own, on an engine of its own: on BuildKit 0.13 a `--no-cache` build replaces every cache mount it
+uses with an empty one, which later builds then get, so on the host's engine this test emptied the built-wheels mount
+(the wheels compiled on the target) in every CI run."""
 
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ import uuid
 
 import pytest
 
-from tests.conftest import HOST_CA, LEAK_MARKER_PREFIX, X86_RELEASE, remove_tags, with_own_cann_stages
+from tests.conftest import HOST_CA, LEAK_MARKER_PREFIX, X86_RELEASE, with_own_cann_stages
 from tests.fixtures.buildkit import build_image
 from tests.fixtures.private_mirror import PrivateMirror
 from tests.fixtures.saved_layers import uncompressed
+from tests.fixtures.small_engine import second_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -46,10 +49,13 @@ def mirrors(markers, light_wheelhouse):
 
 
 @pytest.fixture
-def namespace(docker_client):
-    ns = f"ascend-images-secrets-{uuid.uuid4().hex[:8]}"
-    yield ns
-    remove_tags(docker_client, f"{ns}/", force=True)
+def own_engine(os_image_amd64, monkeypatch):
+    """A real second dockerd holding only the host's x86_64 OS image, which this process's builds and docker
+    commands use (DOCKER_HOST); its images and cache go with it."""
+    for engine in second_engine(8000):
+        engine.load_from_host(os_image_amd64)
+        monkeypatch.setenv("DOCKER_HOST", engine.host)
+        yield engine
 
 
 def scan_stream(stream, markers: dict[str, str]) -> list[str]:
@@ -70,12 +76,15 @@ def scan_stream(stream, markers: dict[str, str]) -> list[str]:
     return sorted(found)
 
 
-def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker_client, x86_light_matrix,
+def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(own_engine, x86_light_matrix,
                                                                           light_wheelhouse, fake_cann_both,
                                                                           os_image_amd64, tmp_path, markers,
-                                                                          mirrors, namespace):
+                                                                          mirrors):
     from ascend_images.cli.build import build_selection
     from ascend_images.cli.options import InputFlags, Selection, SourceFlags
+
+    docker_client = own_engine.client()
+    namespace = f"ascend-images-secrets-{uuid.uuid4().hex[:8]}"
 
     secrets = tmp_path / "secrets"
     secrets.mkdir()
@@ -96,7 +105,7 @@ def test_no_credential_of_any_flag_reaches_an_image_a_dockerfile_or_a_log(docker
                             ca_bundle=str(secrets / "ca.pem"), netrc=str(secrets / "netrc"))
     lines: list[str] = []
     # from nothing (BuildKit's cache too): each stage's steps must really go through the mirrors, whatever an
-    # earlier build of the same steps left in the engine's cache
+    # earlier build of the same steps left in an engine's cache
     plan, results = build_selection(sel, flags, inputs, lines.append, work_dir=build_dir, namespace=namespace,
                                     no_cache=True)
     output = "\n".join(lines)
