@@ -2,7 +2,8 @@
 target (arch, Python, OS, torch): the vLLM stage's own built-wheel line (rendered from images/, only
 arctic-inference's sdist swapped for a probe's) is built twice by BuildKit, `--no-cache`, over CI's base image, with
 the wheel store as its named context and the built-wheels cache mount. The first compiles and keeps the wheel; the
-second takes it from the cache mount and compiles nothing.
+second takes it from the cache mount and compiles nothing. Started twice at once, one compiles and the other waits
+for it (the stage's lock on the key) and takes its wheel.
 
 The probe is an sdist made here with an in-tree PEP 517 backend (no build requirement, as the stage builds without
 isolation), in a wheel store under its sha256 like arctic-inference's."""
@@ -84,8 +85,12 @@ def compile_once_line(sha256: str) -> tuple[str, str]:
     match = re.search(rf"(/usr/local/libexec/ascend-images/built-wheel \S+ /wheels \\\n\s+\S+{sdist} \. - -)",
                       text)
     assert match, "the vLLM stage builds arctic-inference's sdist no more"
+    # and the line before it, which waits for another build's compile of the same key
+    lock = re.search(rf"if command -v flock >/dev/null; then exec 9>\S+/{re.escape(arctic['key'])}\.lock "
+                     r"&& flock 9; fi", text)
+    line = (f"{lock.group(0)} && " if lock else "") + match.group(1)
     key = arctic["key"].replace(sdist[:16], sha256[:16])
-    return match.group(1).replace(sdist, sha256).replace(arctic["key"], key).replace("\\\n", " "), key
+    return line.replace(sdist, sha256).replace(arctic["key"], key).replace("\\\n", " "), key
 
 
 def test_a_wheel_compiled_by_one_build_is_taken_by_the_next(docker_client, ci_build, tmp_path):
@@ -212,3 +217,37 @@ def test_a_pure_python_tree_is_built_natively_and_nothing_else_passes(docker_cli
         assert code != 0, out[-3000:]
         assert "Hash mismatch" in out and helper_sha in out, out[-2000:]
 
+
+
+def test_two_builds_of_one_key_at_once_compile_it_once(docker_client, ci_build, tmp_path):
+    """A3's and the 950's vLLM stages compile arctic-inference at the same time, over two parents (seen in a CI
+    bake: 374 s each, side by side): the stage's own lines, started twice at once with a probe whose compile lasts
+    20 s, compile it once; the other build waits for it and takes the wheel."""
+    base = f"{TEST_NAMESPACE}/base:debian12-py3.11-{TEST_DOCKER_ARCH}"
+    sdist = probe_sdist(backend=BACKEND.replace("    with open(\"/tmp/probe-backend-ran\"",
+                                                "    __import__('time').sleep(20)\n"
+                                                "    with open(\"/tmp/probe-backend-ran\""))
+    sha256 = hashlib.sha256(sdist).hexdigest()
+    store = tmp_path / "wheels"
+    (store / sha256).mkdir(parents=True)
+    (store / sha256 / "probe-pkg-1.0.tar.gz").write_bytes(sdist)
+    line, _ = compile_once_line(sha256)
+    assert line.startswith("if command -v flock "), line  # the stage waits for another compile of its key
+    cache = (f"--mount=type=cache,id=ascend-images-test-{uuid.uuid4().hex[:12]},"
+             "target=/var/cache/ascend-images/built-wheels")
+    runs = []
+    for build in range(2):
+        context = tmp_path / f"context-{build}"
+        context.mkdir()
+        (context / "Dockerfile").write_text(
+            f"FROM {base}\nRUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels {cache} \\\n"
+            f"    {line} && (cat /tmp/probe-backend-ran 2>/dev/null || true) && : build {build}\n")
+        runs.append(subprocess.Popen(["docker", "buildx", "build", "--progress", "plain", "--network", "host",
+                                      "--platform", f"linux/{TEST_DOCKER_ARCH}", "--build-context",
+                                      f"wheels={store}", "--output", "type=cacheonly", str(context)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    outputs = [run.communicate(timeout=900)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    compiled = [o for o in outputs if "PROBE BACKEND COMPILED A WHEEL" in o]
+    taken = [o for o in outputs if "compiled by an earlier build on this engine" in o]
+    assert len(compiled) == 1 and len(taken) == 1, "\n".join(o[-2000:] for o in outputs)
