@@ -319,9 +319,17 @@ def test_disk_full_during_a_build(docker_client, x86_inputs, small_engine, tmp_p
     text = result.stdout + result.stderr
     assert_one_clear_line(result, "disk is full", "docker system prune", "full log:")
     # the stage that hit the full disk is not tagged
-    tagged = small_engine.docker("images", "--format", "{{.Repository}}", "--filter",
-                                 "reference=ascend-images-diskfull/*").stdout
-    assert tagged.split() == [], text
+    # the engine that just ran out of disk once failed to list its images in a CI run (exit 1, stderr unseen; alone,
+    # 3 of 3 passed): asked again a few times, and what it said shown if it never answers
+    for _ in range(5):
+        listed = small_engine.docker("images", "--format", "{{.Repository}}", "--filter",
+                                     "reference=ascend-images-diskfull/*", check=False, text=True)
+        if listed.returncode == 0:
+            break
+        time.sleep(3)
+    assert listed.returncode == 0, \
+        f"the full engine lists no images: {listed.stderr}\n{small_engine.log.read_text(errors='replace')[-2000:]}"
+    assert listed.stdout.split() == [], text
     # the second engine left the host's alone (a dockerd started with `--bridge none` deletes docker0)
     docker_client.containers.run("ascend-images/os:debian12-amd64", "true", remove=True)
 
