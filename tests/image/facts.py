@@ -21,10 +21,15 @@ SESSION = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
 
 
 @functools.cache
-def image_of(container_id: str) -> str:
+def inspected(container_id: str) -> dict:
+    """The engine's record of a container (its image and first process stay what they were for its life)."""
     import docker
 
-    return docker.from_env().api.inspect_container(container_id)["Image"]
+    return docker.from_env().api.inspect_container(container_id)
+
+
+def image_of(container_id: str) -> str:
+    return inspected(container_id)["Image"]
 
 
 def session_fact(image_id: str, name: str, compute: Callable[[], Any]) -> Any:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.image.facts import image_fact
+from tests.image.facts import image_fact, inspected
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 READERS = yaml.safe_load((ROOT / "tests/fixtures/env_readers/readers.yaml").read_text())["readers"]
@@ -26,9 +26,7 @@ NOT_TUNED = ("cann:", "user", "allocator:")  # CANN's scripts and image, the use
 def container_root(host) -> Path | None:
     """The container's root as this host sees it (/proc/PID/root of its first process), when the engine runs here
     and this process may read it; else None."""
-    import docker
-
-    pid = docker.from_env().api.inspect_container(host.backend.name)["State"]["Pid"]
+    pid = inspected(host.backend.name)["State"]["Pid"]
     root = Path(f"/proc/{pid}/root")
     try:
         return root if pid and (root / SITE.lstrip("/")).is_dir() else None
