@@ -310,10 +310,14 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
         return progress
 
     deadline = "#1 DONE 0.0s\nERROR: failed to solve: DeadlineExceeded: context deadline exceeded\n"
+    # the try that followed a DeadlineExceeded at once, in a cold CI run (ci16): BuildKit found none of its sessions
+    no_sessions = "#1 DONE 0.0s\nERROR: failed to solve: no active sessions\n"
     cancelled, failed = stage("a", "context canceled"), stage("b", "process did not complete successfully: exit 1")
     assert bake_error(deadline) == "ERROR: failed to solve: DeadlineExceeded: context deadline exceeded"
     assert engine_failed([cancelled], deadline)
+    assert engine_failed([cancelled], no_sessions)
     assert not engine_failed([cancelled, failed], deadline)
+    assert not engine_failed([cancelled, failed], no_sessions)
     assert not engine_failed([cancelled], "ERROR: failed to solve: process did not complete successfully\n")
 
     plan = make_plan([variant(tmp_path, backend="none", device="a3")], PlanOptions(CannSource("url", strict=False)))
@@ -328,9 +332,13 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
         return bake.BakeOutcome(1, False), progresses, deadline
 
     builder._bake_once = bake_once
+    pauses: list[float] = []
+    builder.pause = pauses.append
     with pytest.raises(BuildError) as err:
         builder._bake(plan, (), tmp_path / "m.json")
     assert tries == ["", *(f"-again{n}" for n in range(1, NAMING_RETRIES + 1))]
+    # the engine is given longer each time to stop the failed bake's steps before the next try starts
+    assert pauses == [15, 30, 45]
     assert sum("BuildKit failed of itself" in line for line in said) == NAMING_RETRIES
     text = str(err.value)
     assert text.startswith("the bake failed: ERROR: failed to solve: DeadlineExceeded") and first.tag in text
