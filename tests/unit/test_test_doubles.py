@@ -18,8 +18,9 @@ import yaml
 
 from ascend_images.cli.build import build_selection
 from ascend_images.cli.options import InputFlags, Selection, SourceFlags
+from ascend_images.stages.names import TEST_DOUBLE_LABEL
 from ascend_images.stages.plan import PlanOptions, make_plan
-from ascend_images.stages.render import TEST_DOUBLE_LABEL, Renderer
+from ascend_images.stages.render import Renderer
 from tests.conftest import ROOT
 from tests.fixtures.cann_stubs.stub_source import (
     DRV_INTERNAL_ERROR,

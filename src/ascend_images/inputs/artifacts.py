@@ -8,7 +8,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from ascend_images.inputs.lockfile import Lock, LockError
-from ascend_images.inputs.lockspec import load_lock
+from ascend_images.inputs.lockspec import VariantLocks, load_lock
 from ascend_images.inputs.pypi import normalize
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins
@@ -88,13 +88,14 @@ def sdist_wanted(v: Variant) -> list[Wanted]:
     return [] if wanted.on_pypi else [wanted]
 
 
-def off_pypi_wanted(v: Variant) -> list[Wanted]:
+def off_pypi_wanted(v: Variant, locks: VariantLocks | None = None) -> list[Wanted]:
     """The locked wheels PyPI does not carry (the lock's `off-pypi` header): the file pins.yaml pinned when the lock
-    was made, or one to find on the vendor's index (package_indexes) and pin on first fetch."""
+    was made, or one to find on the vendor's index (package_indexes) and pin on first fetch. `locks`: the variant's,
+    loaded with its plan (else its backend lock is read here)."""
     if v.backend == "none":
         return []
     try:
-        lock = load_lock(v)
+        lock = locks.lock() if locks is not None else load_lock(v)
     except LockError:
         return []  # as sdist_wanted
     indexes = {normalize(name): tuple(spec.urls) for name, spec in v.matrix.spec.package_indexes.items()}

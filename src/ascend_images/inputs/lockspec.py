@@ -12,6 +12,7 @@ move only where matrix.yaml overrides a pin, with why). The backend layer stands
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -139,9 +140,11 @@ def variant_layers(v: Variant) -> list[str]:
             or (layer == "framework" and v.framework != "none")]
 
 
-def lock_spec(v: Variant, layer: str, root: Path | None = None) -> LockSpec:
-    """The spec of one layer's lock for a variant. A layer made over another reads that lock (it must be fresh)."""
-    over = load_lock(v, OVER[layer], root) if OVER[layer] else None
+def lock_spec(v: Variant, layer: str, root: Path | None = None,
+              loaded: dict[str, Lock | LockError] | None = None) -> LockSpec:
+    """The spec of one layer's lock for a variant. A layer made over another reads that lock (it must be fresh), or
+    takes it from `loaded`, the variant's locks loaded so far."""
+    over = _load(v, OVER[layer], root or locks_dir(v.matrix), {} if loaded is None else loaded) if OVER[layer] else None
     common = {"arch": v.arch, "python_version": v.python_version, "over": over}
     if layer == "base":
         return LockSpec("base", "", "", requirements=(*v.matrix.spec.cann.python_deps, "pip", "setuptools"), **common)
@@ -289,10 +292,26 @@ def _check_backend(spec: LockSpec, lock: Lock) -> None:
 
 def load_lock(v: Variant, layer: str = "backend", root: Path | None = None) -> Lock:
     """A variant's lock of one layer, checked against the matrix (and against the lock it is made over)."""
-    root = root or locks_dir(v.matrix)
+    return _load(v, layer, root or locks_dir(v.matrix), {})
+
+
+def _load(v: Variant, layer: str, root: Path, loaded: dict[str, Lock | LockError]) -> Lock:
+    """One layer's lock, read once into `loaded` (or why it cannot be had: raised again on every ask)."""
+    if layer not in loaded:
+        try:
+            loaded[layer] = _read(v, layer, root, loaded)
+        except LockError as exc:
+            loaded[layer] = exc
+    got = loaded[layer]
+    if isinstance(got, LockError):
+        raise got.with_traceback(None)
+    return got
+
+
+def _read(v: Variant, layer: str, root: Path, loaded: dict[str, Lock | LockError]) -> Lock:
     if layer == "backend" and v.backend not in ("vllm", "sglang"):
         raise LockError(f"backend {v.backend!r} has no lock: only vllm and sglang stages install from one")
-    spec = lock_spec(v, layer, root)
+    spec = lock_spec(v, layer, root, loaded)
     path = lock_path(root, spec)
     if not path.is_file():
         why = not_locked(v, layer)
@@ -305,8 +324,33 @@ def load_lock(v: Variant, layer: str = "backend", root: Path | None = None) -> L
     return lock
 
 
-def stage_locks(v: Variant, layer: str, root: Path | None = None) -> tuple[Lock, list[Lock]]:
-    """A stage's own lock and the locks of the stages below it, the lowest first."""
-    layers = variant_layers(v)
-    below = [load_lock(v, lower, root) for lower in layers[:layers.index(layer)]]
-    return load_lock(v, layer, root), below
+@dataclass(frozen=True)
+class VariantLocks:
+    """A variant's locks, loaded when its plan is made, each once: a layer is checked over the one below it, so
+    loading the layers one by one read the lowest again for each (a framework stage's render read 26 locks for its
+    4). A lock that cannot be had is kept as the error that says why, raised where the lock is asked for: a preview
+    render goes on with a placeholder."""
+
+    variant: Variant
+    root: Path
+    loaded: dict[str, Lock | LockError]
+    # the backend lock's wheels PyPI does not carry (its `off-pypi` header), by name; () without that lock
+    off_pypi: tuple[str, ...] = ()
+
+    def lock(self, layer: str = "backend") -> Lock:
+        return _load(self.variant, layer, self.root, self.loaded)
+
+
+def variant_locks(v: Variant, root: Path | None = None) -> VariantLocks:
+    root = root or locks_dir(v.matrix)
+    loaded: dict[str, Lock | LockError] = {}
+    for layer in variant_layers(v):
+        with contextlib.suppress(LockError):
+            _load(v, layer, root, loaded)
+    backend = loaded.get("backend")
+    try:
+        off_pypi = tuple(f.name for f in backend.off_pypi) if isinstance(backend, Lock) else ()
+    except LockError:  # a header that does not parse: the stage's own read of it says so
+        off_pypi = ()
+    return VariantLocks(v, root, loaded, off_pypi)
+

@@ -33,6 +33,9 @@ from ascend_images.stages.stage import Stage
 
 LABEL_PREFIX = "io.ascend-images"
 DOWNLOADS_LABEL = f"{LABEL_PREFIX}.downloads"  # .<stage kind>: what it installed from downloads PyPI lacks
+# the stage below, as `<repo>:<tag>` in the image's own namespace: how provenance and publishing walk a chain
+PARENT_LABEL = f"{LABEL_PREFIX}.parent"
+TEST_DOUBLE_LABEL = f"{LABEL_PREFIX}.test-double"
 LAYOUT_LAYER = "cann:image"  # what the official CANN image sets itself, beside its env scripts
 SCRIPTS_LAYER = "cann:set_env"  # what CANN's env scripts set (check-cann-env checks the image against them)
 INSTALLER_OS = "debian12"  # the native stages' OS: its python3 is the images' 3.11, whatever OS the images are
@@ -186,7 +189,7 @@ def cann_env(v: Variant) -> dict[str, str]:
 
 def cann_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes]) -> None:
     v = stage.variant
-    baked, _ = stage_defaults(v, stage.kind, None)
+    baked, _ = stage_defaults(v, stage.kind, None, stage.locks)
     ctx["cann_env"] = [{"name": k, "value": val, "comment": "", "expands": k in BELOW}
                        for k, val in cann_env(v).items()]
     ctx["cann_env_source"] = v.cann_env_source
@@ -204,7 +207,7 @@ def torch_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
     v = stage.variant
     local = v.arch_spec.torch_local_version
     files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
-    baked, own = stage_defaults(v, stage.kind, below_kind(stage))
+    baked, own = stage_defaults(v, stage.kind, below_kind(stage), stage.locks)
     ctx["defaults"] = env_items(own)
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     packages_context(stage, sources, ctx, files)
@@ -214,12 +217,13 @@ def torch_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
 def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                     files: dict[str, bytes]) -> None:
     v = stage.variant
-    baked, own = stage_defaults(v, stage.kind, below_kind(stage))
+    baked, own = stage_defaults(v, stage.kind, below_kind(stage), stage.locks)
     ctx["defaults"] = env_items(own)
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
-    ctx["lock"], source = _backend_source(v, sources)
-    wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI", off_pypi_wanted(v))
+    ctx["lock"], source = _backend_source(stage, sources)
+    wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI",
+                                       off_pypi_wanted(v, stage.locks))
     ctx["off_pypi"] = [download(ctx, a) for a in wheels.values()]
     record_downloads(stage, ctx, [*wheels.values(), *([ctx["lock"]["archive"]] if ctx["lock"]["archive"] else [])])
     files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
@@ -256,15 +260,14 @@ def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
         ctx["packages"]["wanted"].append(f"{v.backend}=={pins[v.backend]} --hash=sha256:{source.sha256}")
 
 
-def _backend_source(v: Variant, sources: Sources) -> tuple[dict[str, Any], Artifact | None]:
+def _backend_source(stage: Stage, sources: Sources) -> tuple[dict[str, Any], Artifact | None]:
     """The stage's lock facts the template reads, and the source package's sdist or tag archive: from
     --artifacts-dir when it holds the file (it must have the lock's sha256), else the wheel store (an index sdist) or
     its download (a tag archive). A preview render (not strict) of a missing or stale lock renders with a placeholder
     and says why."""
-    from ascend_images.inputs.lockspec import load_lock
-
+    v = stage.variant
     try:
-        lock = load_lock(v)
+        lock = stage.lock("backend")
     except LockError as exc:
         if sources.artifacts.strict:
             raise
@@ -294,7 +297,7 @@ def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                       files: dict[str, bytes]) -> None:
     v, pins = stage.variant, stage.variant.framework_pins
     assert pins is not None
-    baked, own = stage_defaults(v, stage.kind, below_kind(stage))
+    baked, own = stage_defaults(v, stage.kind, below_kind(stage), stage.locks)
     ctx["defaults"] = env_items(own)
     ctx["framework"] = {"name": v.framework, "version": pins.version,
                         "description": v.matrix.spec.frameworks[v.framework].description}
@@ -308,9 +311,7 @@ def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
     ctx["lock"] = {"missing": ""}
     packages_context(stage, sources, ctx, files, builds)
     try:
-        from ascend_images.inputs.lockspec import load_lock
-
-        backend_lock, lock = load_lock(v, "backend"), load_lock(v, "framework")
+        backend_lock, lock = stage.lock("backend"), stage.lock("framework")
         ctx["lock"] |= {"overrides": [*backend_lock.overrides, *lock.overrides],
                         "no_deps": [f"{f.name}=={f.version}" for f in backend_lock.off_pypi]
                         + [f"{n}=={ver}" for n, ver in lock.no_deps.items()]}
@@ -324,7 +325,7 @@ def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
 def overlay_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
                     files: dict[str, bytes]) -> None:
     v = stage.variant
-    full = shipped_env(v, stage.kind)
+    full = shipped_env(v, stage.kind, stage.locks)
     own = ("profile:", "user", *(("allocator:",) if v.allocator is not None else ()))
     ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
     if v.allocator is not None:

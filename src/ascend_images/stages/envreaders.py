@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 
 from ascend_images.inputs.lockfile import LockError
-from ascend_images.inputs.lockspec import LAYERS, load_lock, variant_layers
+from ascend_images.inputs.lockspec import LAYERS, VariantLocks, variant_layers, variant_locks
 from ascend_images.matrix.envs import (
     EnvValue,
     Reader,
@@ -55,15 +55,17 @@ class Shipped:
         return self.packages.get(canonicalize_name(reader["package"])) if "package" in reader else None
 
 
-def shipped(v: Variant, kind: str) -> Shipped:
-    """What a stage of `kind` in the variant's chain ships: its locks' packages up to that kind's layer."""
+def shipped(v: Variant, kind: str, locks: VariantLocks | None = None) -> Shipped:
+    """What a stage of `kind` in the variant's chain ships: its locks' packages up to that kind's layer. `locks`: the
+    variant's, loaded with its plan (else read here)."""
+    locks = locks if locks is not None else variant_locks(v)
     top = LAYERS.index(KIND_LAYER.get(kind, LAYERS[-1]))  # a kind of its own (register_kind): all of them
     layers = [layer for layer in variant_layers(v) if LAYERS.index(layer) <= top]
     packages: dict[str, str] = {}
     unlocked: list[str] = []
     for layer in layers:
         try:
-            lock = load_lock(v, layer)
+            lock = locks.lock(layer)
         except LockError:  # a preview render of a variant with no lock yet: the versions the matrix names
             unlocked.append(layer)
             packages.update(matrix_pins(v, layer))
@@ -89,24 +91,26 @@ def matrix_pins(v: Variant, layer: str) -> dict[str, str]:
     return {}
 
 
-def shipped_env(v: Variant, kind: str) -> dict[str, EnvValue]:
+def shipped_env(v: Variant, kind: str, locks: VariantLocks | None = None) -> dict[str, EnvValue]:
     """The tuned environment an image of `kind` in the variant's chain carries: the layers its kind bakes, each
     variable only where that image reads it."""
     if kind in NO_TUNED_ENV:
         return {}
-    reads = shipped(v, kind).reads
+    reads = shipped(v, kind, locks).reads
     if kind == "overlay":
         return effective_env(v, reads=reads)
     return baked_env(v, backend=kind in ("vllm", "sglang", "framework"), framework=kind == "framework", reads=reads)
 
 
-def stage_defaults(v: Variant, kind: str, below: str | None) -> tuple[dict[str, EnvValue], dict[str, EnvValue]]:
+def stage_defaults(v: Variant, kind: str, below: str | None,
+                   locks: VariantLocks | None = None) -> tuple[dict[str, EnvValue], dict[str, EnvValue]]:
     """(the tuned environment of a stage's image, what its Dockerfile sets: what differs from the image below's,
     `below` that image's kind, None for one we do not build). Readers only join going up a chain (a stage adds
     packages), so nothing baked below is unread above; were a lock to move a reader out of its range, the check of
     tests/image/test_env_readers.py names it (ENV cannot unset a variable)."""
-    baked = shipped_env(v, kind)
-    under = shipped_env(v, below) if below else {}
+    locks = locks if locks is not None else variant_locks(v)
+    baked = shipped_env(v, kind, locks)
+    under = shipped_env(v, below, locks) if below else {}
     return baked, {k: e for k, e in baked.items() if k not in under or under[k].value != e.value}
 
 

@@ -27,10 +27,10 @@ from ascend_images.inputs.sources import Sources
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
 from ascend_images.stages import contexts as ctxs
-from ascend_images.stages.contexts import DOWNLOADS_LABEL, LABEL_PREFIX
+from ascend_images.stages.contexts import DOWNLOADS_LABEL, LABEL_PREFIX, PARENT_LABEL, TEST_DOUBLE_LABEL
 from ascend_images.stages.stage import Stage
 
-__all__ = ["DOWNLOADS_LABEL", "KINDS", "LABEL_PREFIX", "StageKind"]
+__all__ = ["DOWNLOADS_LABEL", "KINDS", "LABEL_PREFIX", "PARENT_LABEL", "TEST_DOUBLE_LABEL", "StageKind"]
 # a kind's part of the build context: (stage, sources, template variables, extra files) -> None
 ContextPart = Callable[["Stage", Sources, dict[str, Any], dict[str, bytes]], None]
 
@@ -268,3 +268,23 @@ def unregister_kind(name: str) -> None:
 def stage_labels(stage: Stage) -> dict[str, str]:
     """The io.ascend-images.* labels a stage adds (its parents' labels are inherited)."""
     return _label(stage=stage.kind) | KINDS[stage.kind].labels(stage)
+
+
+def image_labels(stage: Stage, doubles: list[str]) -> dict[str, str]:
+    """Every label a stage's image sets: the OCI ones, the stage below, its row's, and the test doubles it holds."""
+    v = stage.variant
+    labels = {
+        "org.opencontainers.image.title": stage.repo.rsplit("/", 1)[-1],
+        "org.opencontainers.image.description": KINDS[stage.kind].description(stage),
+        "org.opencontainers.image.version": stage_label_version(stage.kind, v),
+        "org.opencontainers.image.vendor": "ascend-images",
+        "org.opencontainers.image.licenses": "Apache-2.0",
+        "org.opencontainers.image.source": v.matrix.spec.repository,
+        # nothing here names a namespace (DESIGN 27): the parent is `<repo>:<tag>` beside the image's own name, and
+        # the registry path of what is published goes on at publish time (base.name)
+        **({PARENT_LABEL: stage.below_name} if stage.below_name else {}),
+        **stage_labels(stage),
+    }
+    if doubles:
+        labels[TEST_DOUBLE_LABEL] = ",".join(doubles)
+    return labels

@@ -13,9 +13,19 @@ import re
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.errors import SelectionError
 from ascend_images.matrix.model import Variant
-from ascend_images.stages.kinds import KINDS, LABEL_PREFIX, image_kind, overlay_suffix, stage_version, top_kind
+from ascend_images.stages.kinds import (
+    KINDS,
+    LABEL_PREFIX,
+    PARENT_LABEL,
+    TEST_DOUBLE_LABEL,
+    image_kind,
+    overlay_suffix,
+    stage_version,
+    top_kind,
+)
 
-__all__ = ["DEFAULT_NAMESPACE", "LABEL_PREFIX", "overlay_suffix", "stage_version", "top_kind"]
+__all__ = ["DEFAULT_NAMESPACE", "LABEL_PREFIX", "PARENT_LABEL", "TEST_DOUBLE_LABEL", "overlay_suffix", "stage_version",
+           "top_kind"]
 # Docker's reference grammar (distribution/reference): an optional registry host[:port], then path components of
 # lowercase letters and digits joined by one '.', one or two '_', or any number of '-'
 _DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
@@ -39,9 +49,6 @@ def check_namespace(namespace: str, flag: str = "--namespace") -> str:
     if len(namespace) > 200:
         raise SelectionError(f"{flag}: {len(namespace)} characters; a repository name has at most 255 with its repo")
     return namespace
-# the stage below, as `<repo>:<tag>` in the image's own namespace: how provenance and publishing walk a chain
-PARENT_LABEL = f"{LABEL_PREFIX}.parent"
-TEST_DOUBLE_LABEL = f"{LABEL_PREFIX}.test-double"
 
 
 def label(key: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ascend_images.inputs.lockfile import Lock, installed_below
-from ascend_images.inputs.lockspec import LAYERS, load_lock
+from ascend_images.inputs.lockspec import LAYERS
 from ascend_images.stages.stage import Stage
 
 
@@ -52,10 +52,10 @@ def stage_layers(stage: Stage) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def stage_packages(stage: Stage) -> StagePackages:
-    v = stage.variant
     layers, below_layers = stage_layers(stage)
-    locks = {layer: load_lock(v, layer) for layer in layers}
-    below = installed_below([load_lock(v, layer) for layer in below_layers])
+    locks = {layer: stage.lock(layer) for layer in layers}
+    below_locks = [stage.lock(layer) for layer in below_layers]
+    below = installed_below(below_locks)
     mine = installed_below(list(locks.values()))
     hashes = {n: h for lock in locks.values() for n, h in lock.hashes.items()}
     off_pypi = {f.name for lock in locks.values() for f in lock.off_pypi}
@@ -65,7 +65,7 @@ def stage_packages(stage: Stage) -> StagePackages:
                     if n not in off_pypi and n not in from_source)
     builds = tuple(SourceBuild(n, changed[n], hashes[n]) for n in sorted(from_source) if n in changed)
     every = {**below, **mine}
-    every_hash = {n: h for lock in [*(load_lock(v, layer) for layer in below_layers), *locks.values()]
+    every_hash = {n: h for lock in [*below_locks, *locks.values()]
                   for n, h in lock.hashes.items()}
     # what a build on the target needs first (a source package's too, so not only when a locked sdist builds), with
     # what those require within the lock: they go in --no-deps

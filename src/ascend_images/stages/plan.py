@@ -10,6 +10,7 @@ import platform
 from dataclasses import dataclass, field
 
 from ascend_images import DEFAULT_NAMESPACE
+from ascend_images.inputs.lockspec import VariantLocks, variant_locks
 from ascend_images.inputs.sources import CannSource
 from ascend_images.matrix.model import Variant
 from ascend_images.stages.kinds import KINDS, overlay_suffix, top_kind
@@ -51,11 +52,14 @@ class BuildPlan:
 def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
     stages: dict[str, Stage] = {}
     tops: dict[Variant, Stage] = {}
+    locks: dict[Variant, VariantLocks] = {}  # the stages of a variant share its locks, loaded once
 
     def add(kind: str, tag: str, v: Variant, parent: Stage | None, external: str | None = None) -> Stage:
         stage = stages.get(tag)
         if stage is None:
-            stage = Stage(kind, tag, v, parent, external, lock_layer=KINDS[kind].lock_layer)
+            if v not in locks:
+                locks[v] = variant_locks(v)
+            stage = Stage(kind, tag, v, parent, external, lock_layer=KINDS[kind].lock_layer, locks=locks[v])
             stages[tag] = stage
         stage.users.append(v)
         return stage

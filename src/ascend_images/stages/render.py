@@ -17,11 +17,9 @@ from typing import Any
 import jinja2
 
 from ascend_images.checkout import IMAGES_DIR
-from ascend_images.inputs.artifacts import off_pypi_wanted
 from ascend_images.inputs.sources import INPUTS_DIR, Sources
 from ascend_images.stages.contexts import DOWNLOADS_LABEL, INSTALLER_FILES, INSTALLER_OS
-from ascend_images.stages.kinds import KINDS, stage_doubles, stage_label_version, stage_labels
-from ascend_images.stages.names import PARENT_LABEL, TEST_DOUBLE_LABEL
+from ascend_images.stages.kinds import KINDS, image_labels, stage_doubles
 from ascend_images.stages.stage import Stage
 
 
@@ -98,20 +96,13 @@ def _template_name(kind: str, device: str, images_dir: Path) -> str:
 
 
 def test_doubles(stage: Stage, sources: Sources) -> list[str]:
-    """Which inputs of this image (its own or its parents') are test doubles, as its kind's row says."""
-    off_pypi = sources.artifacts.test_double and bool(off_pypi_wanted(stage.variant))
+    """Which inputs of this image (its own or its parents') are test doubles, as its kind's row says; an overlay
+    built alone over an image of ours repeats that image's."""
+    if stage.parent_doubles is not None:
+        return list(stage.parent_doubles)
+    off_pypi = sources.artifacts.test_double and bool(stage.off_pypi)
     return stage_doubles(stage, {"cann": sources.cann.test_double, "artifacts": sources.artifacts.test_double,
                                  "off-pypi": off_pypi})
-
-
-def parent_name(stage: Stage) -> str:
-    """The stage below as `<repo>:<tag>`, when it is one of ours (a parent of the plan, or the image an overlay is
-    built over alone); "" over an image we do not build."""
-    if stage.parent is not None:
-        return stage.parent.name
-    if stage.parent_doubles is not None and stage.external_parent:
-        return stage.external_parent.rsplit("/", 1)[-1]
-    return ""
 
 
 class Renderer:
@@ -127,18 +118,7 @@ class Renderer:
         ctx: dict[str, Any] = {
             "stage": {"kind": stage.kind, "parent": stage.parent_ref},
             "v": v.describe(),
-            "labels": {
-                "org.opencontainers.image.title": stage.repo.rsplit("/", 1)[-1],
-                "org.opencontainers.image.description": kind.description(stage),
-                "org.opencontainers.image.version": stage_label_version(stage.kind, v),
-                "org.opencontainers.image.vendor": "ascend-images",
-                "org.opencontainers.image.licenses": "Apache-2.0",
-                "org.opencontainers.image.source": v.matrix.spec.repository,
-                # nothing here names a namespace (DESIGN 27): the parent is `<repo>:<tag>` beside the image's own
-                # name, and the registry path of what is published goes on at publish time (base.name)
-                **({PARENT_LABEL: parent_name(stage)} if parent_name(stage) else {}),
-                **stage_labels(stage),
-            },
+            "labels": image_labels(stage, test_doubles(stage, sources)),
             "os": {"family": os_spec.family, "python_bin": os_spec.python_bin,
                    "python_packages": list(os_spec.python_packages),
                    "python_dev_packages": list(os_spec.python_dev_packages),
@@ -167,9 +147,6 @@ class Renderer:
             "allocator": None,
             "download_args": {},
         }
-        doubles = list(stage.parent_doubles) if stage.parent_doubles is not None else test_doubles(stage, sources)
-        if doubles:
-            ctx["labels"][TEST_DOUBLE_LABEL] = ",".join(doubles)
         files: dict[str, bytes] = {}
         if stage.starts_chain:
             files.update(self._rootfs())

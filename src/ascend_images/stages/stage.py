@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ascend_images import DEFAULT_NAMESPACE
+from ascend_images.inputs.lockfile import Lock
+from ascend_images.inputs.lockspec import VariantLocks, variant_locks
 from ascend_images.matrix.model import Variant
 
 
@@ -21,6 +23,23 @@ class Stage:
     # test-double label, which this stage repeats (the sources that made it are not known here)
     parent_doubles: tuple[str, ...] | None = None
     lock_layer: str | None = None  # the lock layer it installs (its kind's row says which), None for none
+    # its variant's locks, loaded with the plan (one load for every stage of a variant); a stage made on its own
+    # loads them itself
+    locks: VariantLocks | None = None
+
+    def __post_init__(self) -> None:
+        if self.locks is None and self.variant is not None:
+            self.locks = variant_locks(self.variant)
+
+    def lock(self, layer: str = "backend") -> Lock:
+        """Its variant's lock of a layer (LockError when there is none, saying why)."""
+        assert self.locks is not None, f"{self.tag} has no variant, so no locks"
+        return self.locks.lock(layer)
+
+    @property
+    def off_pypi(self) -> tuple[str, ...]:
+        """The names of the wheels its variant's backend lock takes from a vendor index, not PyPI."""
+        return self.locks.off_pypi if self.locks is not None else ()
 
     @property
     def starts_chain(self) -> bool:
@@ -37,6 +56,16 @@ class Stage:
             return f"{DEFAULT_NAMESPACE}/{self.parent.name}"
         assert self.external_parent is not None
         return self.external_parent
+
+    @property
+    def below_name(self) -> str:
+        """The stage below as `<repo>:<tag>`, when it is one of ours (a parent of the plan, or the image an overlay is
+        built over alone); "" over an image we do not build."""
+        if self.parent is not None:
+            return self.parent.name
+        if self.parent_doubles is not None and self.external_parent:
+            return self.external_parent.rsplit("/", 1)[-1]
+        return ""
 
     @property
     def name(self) -> str:
