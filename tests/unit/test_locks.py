@@ -463,3 +463,27 @@ def test_lock_check_fails_on_a_lock_the_matrix_says_exists_and_does_not(tmp_path
     assert code == 1
     assert ("FAILED  locks/cann9.0.0-sglang0.5.17/sglang-aarch64.txt: missing: invoke lock --layer backend --release "
             "cann9.0.0-sglang0.5.17 --backend sglang --arch aarch64") in lines
+
+
+def test_a_plan_reads_each_lock_of_a_variant_once(monkeypatch):
+    """A framework image's chain installs four locks, each checked over the one below it; the plan loads them once and
+    its stages carry them, so planning and rendering the whole chain reads each file once (every stage read its own
+    and those below again: 49 reads for a verl chain)."""
+    import ascend_images.inputs.lockspec as lockspec
+    from ascend_images.stages.drift import committed_sources
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    v = next(v for v in all_variants(matrix) if v.framework == "verl" and v.backend == "vllm" and v.arch == "aarch64"
+             and not v.release.blocked)
+    reads: list[Path] = []
+    real = lockspec.parse_lock
+    monkeypatch.setattr(lockspec, "parse_lock", lambda path: reads.append(path) or real(path))
+    sources = committed_sources(matrix)
+    plan = make_plan([v], PlanOptions(sources.cann))
+    for stage in plan.stages:
+        Renderer().context(stage, sources)
+    # the files as lockspec's docstring names them, written out by hand
+    release = v.release_name
+    assert sorted(p.relative_to(ROOT / "locks").as_posix() for p in reads) == sorted([
+        "base/base-py3.11-aarch64.txt", f"{release}/torch-aarch64.txt", f"{release}/vllm-aarch64.txt",
+        f"{release}/vllm-verl-aarch64.txt"])

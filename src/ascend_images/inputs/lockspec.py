@@ -327,9 +327,9 @@ def _read(v: Variant, layer: str, root: Path, loaded: dict[str, Lock | LockError
 @dataclass(frozen=True)
 class VariantLocks:
     """A variant's locks, loaded when its plan is made, each once: a layer is checked over the one below it, so
-    loading the layers one by one read the lowest again for each (a framework stage's render read 26 locks for its
-    4). A lock that cannot be had is kept as the error that says why, raised where the lock is asked for: a preview
-    render goes on with a placeholder."""
+    loading the layers one by one read the lowest again for each (planning and rendering a verl chain read 49 lock
+    files for its 4). A lock that cannot be had is kept as the error that says why, raised where the lock is asked
+    for: a preview render goes on with a placeholder."""
 
     variant: Variant
     root: Path
