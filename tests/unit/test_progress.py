@@ -332,13 +332,9 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
         return bake.BakeOutcome(1, False), progresses, deadline
 
     builder._bake_once = bake_once
-    pauses: list[float] = []
-    builder.pause = pauses.append
     with pytest.raises(BuildError) as err:
         builder._bake(plan, (), tmp_path / "m.json")
     assert tries == ["", *(f"-again{n}" for n in range(1, NAMING_RETRIES + 1))]
-    # the engine is given longer each time to stop the failed bake's steps before the next try starts
-    assert pauses == [15, 30, 45]
     assert sum("BuildKit failed of itself" in line for line in said) == NAMING_RETRIES
     text = str(err.value)
     assert text.startswith("the bake failed: ERROR: failed to solve: DeadlineExceeded") and first.tag in text

@@ -116,16 +116,13 @@ def lost_naming_race(progresses: Iterable[StageProgress]) -> bool:
 # BuildKit failing of itself under concurrent bakes on 2 cores (seen in this project's CI runs, BuildKit 0.13 in
 # dockerd 26.1): a finished stage's build record not written within BuildKit 0.13's fixed 20 s, which fails the whole
 # solve while other stages export (moby/buildkit 4327, made 300 s in 0.14 by bf1da9647); a session timing out
-# (moby/buildkit 2691, docker/buildx 456); a bake started while the failed one's steps were still stopping finding
-# none of its sessions ("no active sessions", seen right after a DeadlineExceeded); its solver losing an edge another
+# (moby/buildkit 2691, docker/buildx 456); every bake after such a DeadlineExceeded finding none of its sessions ("no
+# active sessions": 4 tries in 2 CI runs, 15-45 s apart, until dockerd was restarted); its solver losing an edge another
 # build shares ("inconsistent graph state"); a snapshot another build removed while a step committed. No step failed
 # of its own; a run again finds the steps in the cache
 ENGINE_SOLVE = re.compile(r"ERROR: failed to solve: DeadlineExceeded|no active session for \S+: context deadline"
                           r"|ERROR: failed to solve: no active sessions$|failed to get edge: inconsistent graph state",
                           re.MULTILINE)
-# how long the engine is given to stop a failed bake's steps before the next try, times the try's number: the try
-# that followed a DeadlineExceeded at once found no session (22 s after its start)
-ENGINE_SETTLE_SECONDS = 15
 ENGINE_STEP = re.compile(r"failed to commit \S+ to \S+ during finalize: .*does not exist: not found")
 
 
@@ -153,7 +150,6 @@ class Builder:
         self.settings = settings
         self.out = out or printer()
         self.progress = progress  # each stage's step lines: stderr, unlike its outcome
-        self.pause: Callable[[float], None] = time.sleep  # between tries of a bake BuildKit failed of itself
         self.results: dict[str, StageResult] = {}
         self._only: tuple[str, str] | None = None  # (Dockerfile stage, tag): native_tool's one image
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -268,10 +264,7 @@ class Builder:
             tries += 1
             for name, progress in progresses.items():
                 ran_before[name] += progress.steps_run
-            settle = ENGINE_SETTLE_SECONDS * tries if why.startswith("BuildKit") else 0
-            self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})"
-                     + (f", after {settle} s for the engine to stop the failed bake's steps" if settle else ""))
-            self.pause(settle)
+            self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})")
             outcome, progresses, tail = self._bake_once(plan, files, metadata, f"-again{tries}")
         try:
             self._raise_for(plan, outcome, progresses, tail)
@@ -279,8 +272,9 @@ class Builder:
             if tries and engine_failed(progresses.values(), tail):
                 # the same fault every time: a cache record whose snapshot is gone stays until the engine drops it
                 raise BuildError(f"{exc}\nBuildKit failed of itself {tries + 1} times over: restart the Docker "
-                                 "engine (it drops a cache record whose snapshot is gone), or `docker builder prune`, "
-                                 "then build again") from None
+                                 "engine (it drops a cache record whose snapshot is gone, and the sessions a failed "
+                                 "bake left: 'no active sessions'), or `docker builder prune`, then build again"
+                                 ) from None
             raise
         return outcome, progresses, {name: ran_before[name] + p.steps_run for name, p in progresses.items()}
 
