@@ -329,7 +329,7 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
     def bake_once(plan, files, metadata, suffix):
         tries.append(suffix)
         progresses = {target_name(s): stage(f"{suffix}{i}", "context canceled") for i, s in enumerate(plan.stages)}
-        return bake.BakeOutcome(1, False), progresses, deadline
+        return bake.BakeOutcome(1, False), progresses, deadline, tmp_path / f"bake{suffix}.log"
 
     builder._bake_once = bake_once
     with pytest.raises(BuildError) as err:
@@ -390,8 +390,39 @@ def test_a_stage_built_in_a_try_the_naming_race_ended_is_reported_built(tmp_path
         progresses = {target_name(s): stage(f"{suffix}{i}", first) for i, s in enumerate(plan.stages)}
         return bake.BakeOutcome(1 if first else 0, False), progresses
 
-    builder._bake_once = lambda *args: (*bake_once(*args), "")
+    builder._bake_once = lambda *args: (*bake_once(*args), "", tmp_path / "bake.log")
     outcome, progresses, ran = builder._bake(plan, (), tmp_path / "m.json")
     assert tries == ["", "-again1"]
     results = builder._results(plan, outcome, progresses, ran, {s.slug: tmp_path for s in plan.stages})
     assert [r.status for r in results] == ["built"] * len(plan.stages)
+
+
+def test_a_bake_that_fails_with_no_failed_step_names_its_full_log(tmp_path):
+    """The disk filling while a stage's files were written into a snapshot (a CI run met it: BuildKit's `ERROR: ...
+    no space left on device` in the bake's log and no step reporting an error) is told with the bake's own log: the
+    hint what to do, its last lines and the path of the whole log, that of the try that failed."""
+    from ascend_images.builder import bake
+    from ascend_images.errors import BuildError
+    from ascend_images.stages.bake import target_name
+    from ascend_images.stages.plan import PlanOptions, make_plan
+    from tests.unit.helpers import variant
+
+    plan = make_plan([variant(tmp_path, backend="none", device="a3")], PlanOptions(CannSource("url", strict=False)))
+    builder = Builder(BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path), out=lambda _: None)
+    full = ("#1 DONE 0.0s\nERROR: failed to solve: write /var/lib/docker/overlay2/x/uv.whl: "
+            "no space left on device\n")
+
+    def bake_once(plan, files, metadata, suffix):
+        progresses = {}
+        for i, s in enumerate(plan.stages):
+            with StageProgress("[1/2 x]", tmp_path / f"{i}.log", lambda line: None) as progress:
+                progress.event({"vertexes": [vertex(f"sha256:{i}", "[x 1/2] COPY a/ /a/", completed=True)]})
+            progresses[target_name(s)] = progress
+        return bake.BakeOutcome(1, False), progresses, full, tmp_path / "logs" / f"bake{suffix}.log"
+
+    builder._bake_once = bake_once
+    with pytest.raises(BuildError) as err:
+        builder._bake(plan, (), tmp_path / "m.json")
+    text = str(err.value)
+    assert "no failed step" in text and "disk is full" in text and "docker system prune" in text, text
+    assert f"--- full log: {tmp_path / 'logs' / 'bake.log'}" in text, text

@@ -247,7 +247,7 @@ class Builder:
               metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress], dict[str, int]]:
         """The last try's outcome and progress, and the steps each target ran over all tries (a try's work is this
         build's, though the next try finds it in the cache)."""
-        outcome, progresses, tail = self._bake_once(plan, files, metadata, "")
+        outcome, progresses, tail, bake_log = self._bake_once(plan, files, metadata, "")
         ran_before = dict.fromkeys(progresses, 0)
         tries = 0
         while not outcome.interrupted and outcome.returncode != 0 and tries < NAMING_RETRIES:
@@ -265,9 +265,9 @@ class Builder:
             for name, progress in progresses.items():
                 ran_before[name] += progress.steps_run
             self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})")
-            outcome, progresses, tail = self._bake_once(plan, files, metadata, f"-again{tries}")
+            outcome, progresses, tail, bake_log = self._bake_once(plan, files, metadata, f"-again{tries}")
         try:
-            self._raise_for(plan, outcome, progresses, tail)
+            self._raise_for(plan, outcome, progresses, tail, bake_log)
         except BuildError as exc:
             if tries and engine_failed(progresses.values(), tail):
                 # the same fault every time: a cache record whose snapshot is gone stays until the engine drops it
@@ -279,7 +279,8 @@ class Builder:
         return outcome, progresses, {name: ran_before[name] + p.steps_run for name, p in progresses.items()}
 
     def _bake_once(self, plan: BuildPlan, files: tuple[Path, ...], metadata: Path,
-                   suffix: str) -> tuple[bake.BakeOutcome, dict[str, StageProgress], str]:
+                   suffix: str) -> tuple[bake.BakeOutcome, dict[str, StageProgress], str, Path]:
+        """One bake: its outcome, each target's progress, the last lines of the bake's own log and that log."""
         total = len(plan.stages)
         progresses = {target_name(stage): StageProgress(f"[{i}/{total} {stage.kind}]",
                                                         self.log_dir / f"{i:02d}-{stage.slug}{suffix}.log",
@@ -300,10 +301,10 @@ class Builder:
             outcome = bake.run(command, demux)
             demux.finish({target_name(s): target_name(s.parent) if s.parent else None for s in plan.stages})
             tail = log.tail()
-        return outcome, progresses, tail
+        return outcome, progresses, tail, log.log_path
 
     def _raise_for(self, plan: BuildPlan, outcome: bake.BakeOutcome, progresses: dict[str, StageProgress],
-                   bake_tail: str) -> None:
+                   bake_tail: str, bake_log: Path) -> None:
         unfinished = [stage for stage in plan.stages if not progresses[target_name(stage)].exported]
         if outcome.interrupted:
             done = len(plan.stages) - len(unfinished)
@@ -321,13 +322,13 @@ class Builder:
         if failure is not None and "context canceled" in failure[3] and own and "context canceled" not in own:
             # every step was stopped by the bake's own failure: that is the cause to show, not a stopped step
             parts.append(f"the bake failed: {own} (every stage's steps then stopped: context canceled)\n--- last "
-                         f"lines of the bake's log ---\n{bake_tail}\n--- full log: {self.log_dir / 'bake.log'}")
+                         f"lines of the bake's log ---\n{bake_tail}\n--- full log: {bake_log}")
             names = ", ".join(stage.tag for stage in unfinished)
             raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
         if failure is None:
             hint = DISK_FULL_HINT if disk_full(bake_tail) else ""
             parts.append(f"the bake ended with exit {outcome.returncode} and no failed step{hint}\n--- last lines "
-                         f"of the bake's log ---\n{bake_tail}")
+                         f"of the bake's log ---\n{bake_tail}\n--- full log: {bake_log}")
         else:
             stage, progress, step, error = failure
             if disk_full(f"{error}\n{progress.tail()}\n{bake_tail}"):
