@@ -339,6 +339,8 @@ def test_buildkits_own_deadline_is_baked_again_and_told_as_the_bake_s_error(tmp_
     text = str(err.value)
     assert text.startswith("the bake failed: ERROR: failed to solve: DeadlineExceeded") and first.tag in text
     assert f"BuildKit failed of itself {NAMING_RETRIES + 1} times over: restart the Docker engine" in text
+    # the log named is the last try's, the one that failed as told (not the first try's bake.log)
+    assert f"--- full log: {tmp_path / f'bake-again{NAMING_RETRIES}.log'}" in text, text
 
 
 def test_buildkits_own_faults_are_told_from_a_failed_step(tmp_path):
