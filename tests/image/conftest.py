@@ -42,6 +42,8 @@ def pytest_generate_tests(metafunc):
                 images = [i for i in images if variants[i].backend != "none"]
             if metafunc.definition.get_closest_marker("framework_image"):
                 images = [i for i in images if variants[i].framework != "none"]
+            if metafunc.definition.get_closest_marker("vllm_image"):
+                images = [i for i in images if variants[i].backend == "vllm"]
         # package scope: one container per image (per worker) for all of tests/image
         metafunc.parametrize("image", images, ids=[image_id(i) for i in images], scope="package", indirect=True)
 
@@ -97,4 +99,4 @@ def python_stack(host, variant, container) -> dict:
     from tests.image.probe import probe_stack
 
     return session_fact(container.attrs["Image"], "python-stack",
-                        lambda: probe_stack(host, variant.backend, variant.framework))
+                        lambda: probe_stack(host, variant.backend, variant.framework, variant.device))

@@ -26,9 +26,14 @@ FRAMEWORK_MODULES = {
     "none": [],
 }
 
+# What torch_npu.npu.get_soc_version() answers on each device's chip, one value per device, written out by hand from
+# vLLM-Ascend's own start-up check (vllm_ascend/utils.py check_ascend_device_type at v0.23.0 = 5cb98caa: 220-225 A2,
+# 250-255 A3, 200-205 310P, 260 A5), never from matrix.yaml
+CHIP_SOC = {"a2": 220, "a3": 250, "a5": 260}
+
 STACK_PROBE = """
 import importlib, importlib.metadata as m, json, runpy, sys, traceback
-backend, framework, modules = sys.argv[1], sys.argv[2], sys.argv[3:]
+backend, framework, socs, image_modules, modules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 out = {}
 try:
     import torch, torch_npu
@@ -42,6 +47,27 @@ try:
         ep = [e for e in m.entry_points(group="vllm.platform_plugins") if e.name == "ascend"][0]
         import vllm, vllm_ascend, vllm_ascend.platform
         out["backend"] = [ep.value, ep.load()(), vllm_ascend.platform.NPUPlatform.device_name]
+        # vLLM-Ascend's own check at start-up (its NPUWorker calls it): the device its build records against the
+        # chip's, with only the chip's answer stubbed: the image's device's chip first, then another device's
+        import torch_npu, vllm_ascend.utils as ascend_utils
+        asked, checked = torch_npu.npu.get_soc_version, {}
+        out.setdefault("device_checks", {})["vllm-ascend"] = checked
+        for soc in socs.split(","):
+            torch_npu.npu.get_soc_version = lambda soc=int(soc): soc
+            try:
+                ascend_utils.check_ascend_device_type()
+                checked[soc] = f"passed: {ascend_utils.get_ascend_device_type().name}"
+            except BaseException as exc:
+                checked[soc] = f"{type(exc).__name__}: {exc}"
+        torch_npu.npu.get_soc_version = asked
+        # what upstream's image installs beside vLLM-Ascend for run time (the modules given), importable with it
+        found = out["image_packages"] = {}
+        for name in image_modules.split(","):
+            try:
+                importlib.import_module(name)
+                found[name] = "imported"
+            except BaseException:
+                found[name] = traceback.format_exc()[-1500:]
     elif backend == "sglang":
         ep = [e for e in m.entry_points(group="console_scripts") if e.name == "sglang"][0]
         ep.load()
@@ -94,8 +120,22 @@ print(json.dumps(out))
 NO_COMPILE_POOL = "env TORCHINDUCTOR_COMPILE_THREADS=1"
 
 
-def probe_stack(host, backend: str, framework: str) -> dict:
+# The module each package upstream's vLLM-Ascend image installs beside it provides (VA Dockerfile*:25-54 at v0.23.0:
+# ray, modelscope, vllm[audio]), written out by hand from the packages; Mooncake's engine is checked by its libraries
+# (test_image.py), as it needs CANN libraries the CANN test double does not carry
+IMAGE_PACKAGE_MODULES = {"ray": "ray", "modelscope": "modelscope", "av": "av", "soundfile": "soundfile",
+                         "mistral-common": "mistral_common.audio"}
+
+
+def chip_socs(device: str) -> str:
+    """The SOC numbers the device checks stub the chip's answer with: the device's own, then another device's."""
+    other = next(d for d in CHIP_SOC if d != device)
+    return f"{CHIP_SOC[device]},{CHIP_SOC[other]}"
+
+
+def probe_stack(host, backend: str, framework: str, device: str) -> dict:
     modules = " ".join(FRAMEWORK_MODULES[framework])
-    result = host.run(f"{NO_COMPILE_POOL} python -c {shlex.quote(STACK_PROBE)} {backend} {framework} {modules}")
+    result = host.run(f"{NO_COMPILE_POOL} python -c {shlex.quote(STACK_PROBE)} {backend} {framework} "
+                      f"{chip_socs(device)} {','.join(IMAGE_PACKAGE_MODULES.values())} {modules}")
     assert result.rc == 0, f"exit {result.rc}\n{result.stdout}\n{result.stderr[-3000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])

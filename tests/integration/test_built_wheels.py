@@ -72,8 +72,8 @@ def rendered_stage(backend: str) -> tuple[dict, str]:
     (variant,) = select(matrix, device="a3", backend=backend, arch="aarch64")
     sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=False))
     stage = make_plan([variant], PlanOptions(sources.cann)).top(variant)
-    ctx, _ = Renderer().context(stage, sources)
-    return ctx, Renderer().render_text(stage, ctx)
+    record = Renderer().record(stage, sources)
+    return dict(record.template), Renderer().render_text(stage, record)
 
 
 def compile_once_line(sha256: str) -> tuple[str, str]:

@@ -162,3 +162,21 @@ def test_a_gap_no_lock_header_explains_is_caught(docker_client, ci_images, work_
         docker_client.images.remove(explained, force=True)
     assert not ok.failed, ok.failed
     assert "test_pip_check" in bad.failed and "test_labels" not in bad.failed, bad.failed
+
+
+def test_another_devices_vllm_ascend_build_is_caught(docker_client, ci_images, work_dir, tmp_path):
+    """CI's A3 vLLM-Ascend image with its build record replaced by the one PyPI's wheel carries (`__device_type__ =
+    'A2'`, written out from vllm_ascend-0.23.0-cp311-cp311-manylinux_2_34_aarch64.whl): what the A3 image held before
+    it was built for its chip. vLLM-Ascend's own start-up check stops it on A3's chip, and the check says so; the
+    rest of the stack still loads."""
+    a3 = next(tag for tag in ci_images if "/vllm-ascend:" in tag and "-a3-" in tag)
+    where = "python -c \"import importlib.util as u; print(u.find_spec('vllm_ascend').submodule_search_locations[0])\""
+    a2_record = "# Auto-generated file\\n__device_type__ = 'A2'\\n"
+    tag = derived(docker_client, a3, "ascend-images-test/broken-device-build:latest",
+                  f"RUN printf \"{a2_record}\" >\"$({where})/_build_info.py\"\n", tmp_path)
+    try:
+        result = run_image_suite(tag, work_dir, ["-k", "device_check or test_backend_loads or test_labels"])
+    finally:
+        docker_client.images.remove(tag, force=True)
+    assert "test_vllm_ascends_own_device_check_passes_on_the_images_chip_only" in result.failed, result.failed
+    assert not {"test_backend_loads", "test_labels"} & set(result.failed), result.failed

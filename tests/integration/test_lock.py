@@ -144,8 +144,8 @@ def test_a_third_framework_is_data_and_locks_and_renders_through_the_same_path(t
     assert stage.kind == "framework"
     assert stage.tag == "ascend-images/probe:1.0-vllm0.23.0-cann9.1.0-a3-debian12-py3.11-arm64"
     renderer = Renderer()
-    ctx, files = renderer.context(stage, Sources(CannSource("url", strict=False), ArtifactSource(strict=False)))
-    text = renderer.render_text(stage, ctx)
+    record = renderer.record(stage, Sources(CannSource("url", strict=False), ArtifactSource(strict=False)))
+    text, files = renderer.render_text(stage, record), record.files
     assert files["install.txt"].decode() == f"colorama==0.4.6 --hash=sha256:{lock.hashes['colorama']}\n"
     assert "locks/vllm-probe-aarch64.txt" in files and "vllm-probe-aarch64.txt" in text
     assert "PROBE_RL_LEVEL" in text and 'io.ascend-images.framework="probe"' in text

@@ -144,9 +144,9 @@ def test_the_stage_installs_it_no_deps_before_the_lock_and_waives_only_it(tmp_pa
     empty.mkdir()
     with pytest.raises(SelectionError, match=r"triton-ascend==3\.2\.2 \(cp311, aarch64\) is not on PyPI, and no file "
                                              r"of it is pinned in pins\.yaml or fetched here"):
-        renderer.context(stage, Sources(CannSource("url", strict=False), ArtifactSource(empty, strict=True)))
-    ctx, files = renderer.context(stage, Sources(CannSource("url", strict=False), ArtifactSource(artifacts)))
-    text = renderer.render_text(stage, ctx)
+        renderer.record(stage, Sources(CannSource("url", strict=False), ArtifactSource(empty, strict=True)))
+    record = renderer.record(stage, Sources(CannSource("url", strict=False), ArtifactSource(artifacts)))
+    text, files = renderer.render_text(stage, record), record.files
     sha = hashlib.sha256((artifacts / WHEEL).read_bytes()).hexdigest()
     # fetched as a file from the build's inputs, checked against its pin (a build arg whose default is the sha256),
     # and installed with the stage's other wheels, natively (--no-deps, as every one)

@@ -63,7 +63,7 @@ def run_os_install(os_image_amd64: str, inputs, script: str, tmp_path) -> subpro
 
 def test_apt_installs_through_a_private_mirror_and_keeps_nothing(os_image_amd64, mirror, tmp_path):
     inputs = InputFlags(os_mirror=mirror.url("/debian")).inputs()
-    assert mirror.password not in inputs.os_mirror  # what a Dockerfile or content key could see
+    assert mirror.password not in inputs.os_mirror  # what a Dockerfile or cache key could see
     script = ("cp /etc/apt/sources.list /tmp/before; /usr/local/libexec/ascend-images/os-install apt less "
               "&& command -v less && cmp /etc/apt/sources.list /tmp/before && echo sources:stock "
               "&& ! ls /etc/apt/auth.conf.d/* 2>/dev/null && echo auth:none "

@@ -128,3 +128,20 @@ def test_every_layer_the_image_installed_is_read(locks):
     (locks / "base" / "base-py3.11-aarch64.txt").write_text("# format: 2\npip==26.3\n")
     assert findings(docs(), locks_dir=locks, pins=PINS, checkout=ROOT) == [
         "lock: pip==26.3 is locked, and the SBOM has no pip"]
+
+
+def test_the_provenance_says_how_the_secrets_reached_the_build_as_the_dockerfiles_do():
+    """The provenance's words on credentials are checked against the committed Dockerfiles, not against themselves:
+    every secret the build gets is a BuildKit secret mount there, and never a build arg or an ENV."""
+    import re
+
+    from ascend_images.release.provenance import SECRETS_STATEMENT
+
+    root = ROOT / "rendered"
+    texts = [p.read_text(encoding="utf-8") for p in root.glob("*/Dockerfile")]
+    mounted = {m for text in texts for m in re.findall(r"--mount=type=secret,id=([\w-]+)", text)}
+    # the secrets a build is given (builder/stageinputs.py secret_documents), written out here
+    assert mounted == {"ca", "pip-conf", "netrc", "os-mirror"}, mounted
+    assert not [line for text in texts for line in text.splitlines()
+                if re.match(r"(ARG|ENV) .*(NETRC|PIP_CONF|CA_BUNDLE|OS_MIRROR)", line)]
+    assert "BuildKit secret mounts (type=secret" in SECRETS_STATEMENT and "loopback" not in SECRETS_STATEMENT

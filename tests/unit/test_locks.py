@@ -212,11 +212,11 @@ def test_write_lock_leaves_nothing_when_the_lock_fails_its_check(tmp_path):
     assert write_lock(spec, tmp_path / "locks", good).read_text() == good
 
 
-def _render_backend(v, strict: bool):
-    sources = Sources(CannSource("url", strict=False), ArtifactSource(strict=strict))
+def _render_backend(v, strict: bool, cann: CannSource | None = None):
+    sources = Sources(cann or CannSource("url", strict=False), ArtifactSource(strict=strict))
     plan = make_plan([v], PlanOptions(sources.cann))
     (stage,) = [s for s in plan.stages if s.kind == v.backend]
-    return Renderer().context(stage, sources)
+    return Renderer().record(stage, sources)
 
 
 def test_build_render_refuses_a_stale_lock_and_preview_says_why(tmp_path):
@@ -227,7 +227,8 @@ def test_build_render_refuses_a_stale_lock_and_preview_says_why(tmp_path):
     _copy_locks(tmp_path)
     with pytest.raises(LockError, match="is stale"):
         _render_backend(v, strict=True)
-    ctx, files = _render_backend(v, strict=False)
+    record = _render_backend(v, strict=False)
+    ctx, files = record.template, record.files
     assert files["locks/LOCK-MISSING"].startswith(b"locks/cann8.5.0-pt2.8.0/vllm-aarch64.txt is stale") or \
         b"is stale" in files["locks/LOCK-MISSING"]
     assert "is stale" in ctx["lock"]["missing"]
@@ -235,9 +236,11 @@ def test_build_render_refuses_a_stale_lock_and_preview_says_why(tmp_path):
 
 def test_rendered_vllm_stage_installs_what_the_torch_image_lacks_and_builds_the_sdists(tmp_path):
     """Only the lock's pins the image below lacks are installed; what it has at another version is removed first;
-    vLLM's sdist and arctic-inference's (no aarch64 wheel) are built on the target, from the wheel store."""
-    v = variant(tmp_path, None, backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
-    ctx, files = _render_backend(v, strict=True)
+    vLLM's sdist and arctic-inference's (no aarch64 wheel) are built on the target, from the wheel store. (A2: PyPI's
+    vllm-ascend wheel is its build.)"""
+    v = variant(tmp_path, None, backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64", device="a2")
+    record = _render_backend(v, strict=True)
+    ctx, files = record.template, record.files
     lock = parse_lock(ROOT / "locks" / "cann8.5.0-pt2.8.0" / "vllm-aarch64.txt")
     torch = parse_lock(ROOT / "locks" / "cann8.5.0-pt2.8.0" / "torch-aarch64.txt")
     base = parse_lock(ROOT / "locks" / "base" / "base-py3.11-aarch64.txt")
@@ -253,6 +256,49 @@ def test_rendered_vllm_stage_installs_what_the_torch_image_lacks_and_builds_the_
     built = [b["what"] for b in ctx["packages"]["target_builds"]]
     assert built == ["arctic-inference 0.1.1 (no aarch64 wheel)", "vLLM 0.13.0 from its sdist"]
     assert ctx["packages"]["target_builds"][1]["spec"].endswith("#" + lock.source_sdist[2])
+
+
+# vllm_ascend-0.23.0.tar.gz's sha256 on PyPI's simple index (December 2026), and its wheel's, written out by hand
+VLLM_ASCEND_SDIST = "a58db76eaffcf328b13b315a0db3a57d381a8947d01057ddcefe4ad02372b242"
+VLLM_ASCEND_A2_WHEEL = "cdf79713e6b77cf0a357ed5f99ad4864bbb7790d2903dd81aac5c760f6e86ce6"
+
+
+@pytest.mark.parametrize(("device", "soc"), [("a3", "ascend910_9391"), ("a5", "ascend950dt_9582")])
+def test_a3_and_the_950_build_vllm_ascend_for_their_chip_and_a2_takes_pypis_wheel(tmp_path, device, soc):
+    """The wheel PyPI carries is A2's build: A3 and the 950 build the sdist the lock names in the image, with the
+    chip's SOC_VERSION (upstream's Dockerfile.a3 and Dockerfile.a5) and the kernels on, as a build arg; the wheel is
+    not installed there."""
+    v = variant(tmp_path, None, backend="vllm", release="cann9.1.0-pt2.10.0", arch="aarch64", device=device)
+    record = _render_backend(v, strict=False)
+    ctx, files = record.template, record.files
+    install = files["install.txt"].decode()
+    assert "vllm-ascend==" not in install and VLLM_ASCEND_A2_WHEEL not in install
+    (build,) = [b for b in ctx["packages"]["target_builds"] if b["what"].startswith("vllm-ascend")]
+    assert build["what"] == (f"vllm-ascend 0.23.0 for {device} from its sdist (SOC_VERSION={soc}, "
+                             "COMPILE_CUSTOM_KERNELS=${COMPILE_CUSTOM_KERNELS})")
+    assert build["spec"].endswith(f"#{VLLM_ASCEND_SDIST}") and build["env"][0] == f"SOC_VERSION={soc}"
+    assert build["args"] == ["COMPILE_CUSTOM_KERNELS"] and record.switches == {"COMPILE_CUSTOM_KERNELS": "1"}
+    assert f"vllm-ascend==0.23.0 --hash=sha256:{VLLM_ASCEND_SDIST}" in record.wanted
+    assert VLLM_ASCEND_SDIST in record.contexts["wheels"]
+    # the build requirements the sdist's setup.py and its kernels' CMake need, from the lock, hashed
+    assert any(r.startswith("pybind11==") for r in files["build-requirements.txt"].decode().splitlines())
+    a2 = variant(tmp_path / "a2", None, backend="vllm", release="cann9.1.0-pt2.10.0", arch="aarch64", device="a2")
+    record = _render_backend(a2, strict=False)
+    assert f"vllm-ascend==0.23.0 --hash=sha256:{VLLM_ASCEND_A2_WHEEL}" in record.files["install.txt"].decode()
+    assert not [b for b in record.template["packages"]["target_builds"] if b["what"].startswith("vllm-ascend")]
+    assert record.switches == {}
+
+
+def test_the_device_build_compiles_no_kernel_where_the_cann_is_a_test_double(tmp_path):
+    """The CANN test double has no compiler: the same build runs with the kernels off (a build arg), so upstream's
+    setup.py still writes the device's record; the image carries the test-double label."""
+    from tests.fixtures.fake_cann.make_packages import write_packages
+
+    write_packages(tmp_path / "cann", arches=["aarch64"])
+    v = variant(tmp_path, None, backend="vllm", release="cann9.1.0-pt2.10.0", arch="aarch64", device="a3")
+    record = _render_backend(v, strict=False, cann=CannSource("local", tmp_path / "cann", strict=False))
+    assert record.switches == {"COMPILE_CUSTOM_KERNELS": "0"}
+    assert "cann" in record.labels["io.ascend-images.test-double"].split(",")
 
 
 OVERRIDDEN = "cann8.5.1-vllm0.18.0"
@@ -292,12 +338,12 @@ def test_an_override_must_pin_one_exact_version(tmp_path):
 
 def test_a_stage_whose_lock_overrides_a_pin_waives_exactly_that(tmp_path):
     v = variant(tmp_path, None, backend="vllm", release=OVERRIDDEN, arch="aarch64")
-    ctx, files = _render_backend(v, strict=True)
+    record = _render_backend(v, strict=True)
+    ctx, files = record.template, record.files
     assert ctx["lock"]["overrides"] == ["opencv-python-headless==4.11.0.86"]
     assert files["pip-check"] == (ROOT / "images" / "common" / "backend" / "pip-check").read_bytes()
     old = variant(tmp_path, None, backend="vllm", release="cann8.5.0-pt2.8.0", arch="aarch64")
-    old_ctx, _ = _render_backend(old, strict=True)
-    assert old_ctx["lock"]["overrides"] == []
+    assert _render_backend(old, strict=True).template["lock"]["overrides"] == []
 
 
 def test_the_matrix_says_what_a_lock_builds_from_sdists(tmp_path):
@@ -330,7 +376,7 @@ def test_sdist_from_artifacts_dir_must_match_the_lock(tmp_path):
     plan = make_plan([v], PlanOptions(sources.cann))
     (stage,) = [s for s in plan.stages if s.kind == "vllm"]
     with pytest.raises(LockError, match=r"vllm-0.13.0.tar.gz: sha256 [0-9a-f]{64}, but .* pins 4ad43db45fef"):
-        Renderer().context(stage, sources)
+        Renderer().record(stage, sources)
 
 
 def _sdist(tmp_path: Path, root: str, files: dict[str, str]) -> Path:
@@ -481,7 +527,7 @@ def test_a_plan_reads_each_lock_of_a_variant_once(monkeypatch):
     sources = committed_sources(matrix)
     plan = make_plan([v], PlanOptions(sources.cann))
     for stage in plan.stages:
-        Renderer().context(stage, sources)
+        Renderer().record(stage, sources)
     # the files as lockspec's docstring names them, written out by hand
     release = v.release_name
     assert sorted(p.relative_to(ROOT / "locks").as_posix() for p in reads) == sorted([

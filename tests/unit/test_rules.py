@@ -76,6 +76,13 @@ CASES = [
      (set_pins(R85, "vllm", from_sdist={"aarch64": ["arctic-inference", "vllm-ascend"]}),
       dict(release=R85, backend="vllm", arch="aarch64")),
      "builds vllm-ascend 0.13.0 from its PyPI sdist, which has no csrc/third_party/catlass for a3's custom ops"),
+    # vLLM-Ascend's setup.py records the device of the SOC_VERSION it was built for, and PyPI's wheel is A2's
+    # (its _build_info.py): an A3 image must build it for A3 (VA Dockerfile.a3)
+    ("device-build", dict(release=R91, backend="vllm"),
+     (lambda d: d["backends"]["vllm"]["device_build"]["devices"].update(a3="wheel"), dict(release=R91, backend="vllm")),
+     "a3 installs vllm-ascend from PyPI's wheel (backends.vllm.device_build.devices.a3: wheel), which is a2's build: "
+     "its start-up check stops it on a3's chip; valid for a3: sdist (built in the image with "
+     "SOC_VERSION=ascend910_9391)"),
     ("sglang-python", dict(release=R85, backend="sglang"),
      (lambda d: d["python"]["system"].update(version="3.12"), dict(release=R85, backend="sglang")),
      "python 3.12 does not satisfy SGLang's ==3.11.*"),
@@ -190,3 +197,16 @@ def test_an_sglang_release_off_its_npu_lines_python_or_cann_is_refused(tmp_path,
 
     detail = RULES_BY_ID["sglang-npu-line"].check(variant(tmp_path, mutate, release=SG20, backend="sglang"))
     assert detail == fragment
+
+
+def test_a_device_whose_build_its_release_cannot_make_has_no_variant(tmp_path):
+    """vLLM-Ascend 0.13.0's PyPI wheel is A2's build, and its sdist lacks the catlass sources A3's kernels need (its
+    file list, written out in matrix.yaml): no A3 image of that release, and A2 keeps its wheel."""
+    detail = RULES_BY_ID["device-support"].check(variant(tmp_path, None, release=R85, backend="vllm"))
+    assert detail == (
+        "no vllm image for a3 (Atlas 800T/800I A3 (Ascend 910_93)) on release 'cann8.5.0-pt2.8.0': a3 builds "
+        "vllm-ascend from its sdist (backends.vllm.device_build), and vllm-ascend 0.13.0's sdist has no "
+        "csrc/third_party/catlass for the device's custom ops (backends.vllm.sdist_lacks_catlass), while PyPI's wheel "
+        "is a2's build; valid: a release whose vllm-ascend sdist carries catlass (not 0.13.0, 0.18.0)"), detail
+    a2 = variant(tmp_path, None, release=R85, backend="vllm", device="a2")
+    assert RULES_BY_ID["device-support"].check(a2) is None and RULES_BY_ID["device-build"].check(a2) is None

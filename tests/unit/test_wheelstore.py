@@ -13,6 +13,7 @@ from ascend_images.builder.stageinputs import lay_out_contexts
 from ascend_images.errors import AscendImagesError, SelectionError
 from ascend_images.inputs.sources import CannSource, Sources
 from ascend_images.inputs.wheelstore import StoredFile, WheelStore, stored_files
+from ascend_images.stages.record import StageInputs
 from tests.fixtures.httpserver import Server
 
 UV = "uv-0.13.9-py3-none-manylinux_2_28_aarch64.whl"
@@ -76,9 +77,10 @@ def test_a_stored_file_that_does_not_hash_to_its_key_is_deleted_fetched_again_an
     assert path.read_bytes() == FILES["alpha-1.0-py3-none-any.whl"]
     assert lines == [f"wheel store: {bad} hashes to {sha(b'tampered')}, not {alpha.sha256}: deleted, fetched again"]
     assert downloads(index) == ["/files/alpha-1.0-py3-none-any.whl"]
-    dockerfile = "RUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels true\n"
-    given = lay_out_contexts(dockerfile, [f"alpha==1.0 --hash=sha256:{alpha.sha256}"], Sources(CannSource("url")),
-                             store, tmp_path / "inputs")
+    inputs = StageInputs()
+    inputs.want([f"alpha==1.0 --hash=sha256:{alpha.sha256}"])
+    given = lay_out_contexts(inputs.freeze("s", {}, {}, None, {}), Sources(CannSource("url")), store,
+                             tmp_path / "inputs")
     given_bytes = (given["wheels"] / alpha.sha256 / bad.name).read_bytes()
     assert given_bytes == FILES["alpha-1.0-py3-none-any.whl"]
 

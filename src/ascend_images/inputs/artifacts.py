@@ -33,7 +33,7 @@ class Wanted:
     key: str  # toolkit | ops | nnal | kernel_release | kernel_source | python | <lib> | sdist | wheel:<name>
     file: str  # "" for a vendor wheel whose file is not pinned yet (`wheel` says which it is)
     url: str
-    mount: str  # where the build server serves a local copy: cann | artifacts
+    mount: str  # the named build context that holds a local copy: cann | artifacts
     sha256: str | None = None  # published (matrix, lock); None when upstream publishes none
     headers: dict[str, str] = field(default_factory=dict)
     wheel: WheelSpec | None = None

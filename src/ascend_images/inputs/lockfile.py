@@ -40,6 +40,19 @@ class OffPypiFile:
 
 
 @dataclass(frozen=True)
+class DeviceSdist:
+    """A locked package some devices install built from its sdist for the device (DESIGN 28), not the wheel the body
+    pins: the sdist as the index published it, and the devices that build it."""
+
+    name: str
+    version: str
+    file: str
+    url: str
+    sha256: str
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Lock:
     path: Path
     header: dict[str, str]
@@ -91,6 +104,26 @@ class Lock:
                                 f"{name}=={self.pins.get(normalize(name))}")
             out.append(OffPypiFile(normalize(name), version, *parts[1:3], parts[3].removeprefix("sha256:"))
                        if pinned else OffPypiFile(normalize(name), version))
+        return out
+
+    @property
+    def device_sdists(self) -> dict[str, DeviceSdist]:
+        """The header's `device-build` entries, comma-separated: '<name>==<version> <file> <url> sha256:<hex> for
+        <device> ...', by name. Each is a pin of the lock's body too (whose hash is the wheel the other devices
+        install)."""
+        out = {}
+        for entry in filter(None, (e.strip() for e in self.header.get("device-build", "").split(","))):
+            parts = entry.split()
+            name, sep, version = parts[0].partition("==") if parts else ("", "", "")
+            if (not sep or len(parts) < 6 or parts[4] != "for" or not parts[3].startswith("sha256:")
+                    or len(parts[3]) != 71):
+                raise LockError(f"{self.path}: header 'device-build' entry {entry!r} must be '<name>==<version> "
+                                "<file> <url> sha256:<64 hex> for <device> ...'")
+            if self.pins.get(normalize(name)) != version:
+                raise LockError(f"{self.path}: header 'device-build' names {name}=={version}, the lock pins "
+                                f"{name}=={self.pins.get(normalize(name))}")
+            out[normalize(name)] = DeviceSdist(normalize(name), version, parts[1], parts[2],
+                                               parts[3].removeprefix("sha256:"), tuple(parts[5:]))
         return out
 
     @property

@@ -312,6 +312,7 @@ class LockMaker:
         else:
             self.out(f"[lock] {spec.name}" + (f": over {spec.over.path.name} ({len(spec.over.pins)} pins)"
                                              if spec.over is not None else ""))
+        build = sorted({*build, *spec.device_build_requirements})  # the device build's, in the image, no isolation
         below = spec.over.pins if spec.over is not None else {}
         with tempfile.TemporaryDirectory(prefix="ascend-lock.") as tmp:
             work = Path(tmp)
@@ -350,6 +351,13 @@ class LockMaker:
                  for f in off_pypi]
         body += [pin_line(n, v, self.target_file(spec, n, v, False).sha256, "installed --no-deps, as upstream does "
                           "(matrix.yaml frameworks)") for n, v in sorted(no_deps.items())]
+        if spec.device_sdist:
+            name = normalize(spec.device_sdist)
+            item = find_sdist(self.files(name), name, pins[name])
+            self.out(f"[lock]   {name} {pins[name]} for {', '.join(spec.device_sdist_devices)}: built in the image "
+                     f"from {item.file} (sha256 {item.sha256[:12]})")
+            header.append(f"# device-build: {name}=={pins[name]} {item.file} {item.url} sha256:{item.sha256} for "
+                          + " ".join(spec.device_sdist_devices))
         header = self.header(spec, header, build, from_source, relaxed, off_pypi, held_out) + moves(spec, added)
         return write_lock(spec, root, "\n".join(header) + "\n" + "\n".join(body) + "\n")
 

@@ -62,6 +62,11 @@ class LockSpec:
     installed_no_deps: tuple[str, ...] = ()  # the framework's NAME==VERSION from PyPI installed --no-deps
     archives: tuple[FrameworkArchive, ...] = ()
     find_links: tuple[str, ...] = ()  # local wheel directories to resolve from too: where, not what
+    # the package some devices build from its sdist for themselves, and those devices (backends.*.device_build); the
+    # lock names that sdist beside the wheel the body pins for the others
+    device_sdist: str = ""
+    device_sdist_devices: tuple[str, ...] = ()
+    device_build_requirements: tuple[str, ...] = ()
 
     @property
     def platform(self) -> str:
@@ -97,6 +102,9 @@ class LockSpec:
                     "no-deps": list(self.installed_no_deps),
                     "listed": [[r.path, list(r.requirements)] for r in self.listed],
                     "archives": [[a.name, a.version, a.file, a.url] for a in self.archives]}
+        if self.device_sdist:
+            doc["device-build"] = [self.device_sdist, list(self.device_sdist_devices),
+                                   list(self.device_build_requirements)]
         if self.overrides:
             doc["overrides"] = list(self.overrides)
         if self.over is not None:
@@ -164,10 +172,11 @@ def _backend_spec(v: Variant, held: tuple[str, ...], common: dict) -> LockSpec:
         wanted = [f"vllm-ascend=={pins.vllm_ascend}"]
         if pins.triton_ascend:
             wanted.append(f"triton-ascend=={pins.triton_ascend}")
+        wanted += [p.requirement for p in pins.image_packages]
         source = SourcePackage("vllm", pins.vllm)
     elif isinstance(pins, SglangPins):
         # sgl-kernel-npu is not on any index: its wheels come from a checksummed zip (--no-deps)
-        wanted = []
+        wanted = [p.requirement for p in pins.image_packages]
         if pins.triton_ascend:
             # triton-ascend's Ascend backend imports pybind11 without declaring it; SG's NPU images install
             # pybind11 before triton-ascend (docker/npu_openeuler.Dockerfile)
@@ -185,13 +194,17 @@ def _backend_spec(v: Variant, held: tuple[str, ...], common: dict) -> LockSpec:
                     for url in spec.urls)
     no_deps = tuple(sorted(normalize(name) for name, spec in v.matrix.spec.package_indexes.items()
                            if spec.no_deps is not None))
+    build = v.device_build
+    sdist_devices = tuple(sorted(d for d, how in build.devices.items() if how == "sdist")) if build else ()
+    device = {"device_sdist": build.package, "device_sdist_devices": sdist_devices,
+              "device_build_requirements": tuple(build.build_requirements)} if build and sdist_devices else {}
     # the CANN stage installed these for the toolkit's own Python tools; a backend must keep them working
     return LockSpec("backend", v.release_name, v.backend, requirements=(*held, *wanted, *v.cann_python_deps),
                     source=source, torch_index_url=v.arch_spec.torch_index_url,
                     overrides=tuple(o.requirement for o in pins.overrides),
                     override_sources=tuple(o.source for o in pins.overrides),
                     from_sdist=tuple(pins.from_sdist[v.arch]) if v.arch in pins.from_sdist else None,
-                    package_indexes=indexes, no_deps=no_deps, **common)
+                    package_indexes=indexes, no_deps=no_deps, **device, **common)
 
 
 def _framework_spec(v: Variant, common: dict) -> LockSpec:
@@ -288,6 +301,12 @@ def _check_backend(spec: LockSpec, lock: Lock) -> None:
                         f"says {' '.join(spec.overrides) or 'none'}; regenerate it: {spec.command}")
     lock.source_sdist  # noqa: B018 - validates the header
     lock.off_pypi  # noqa: B018 - validates the header
+    named = lock.device_sdists.get(normalize(spec.device_sdist)) if spec.device_sdist else None
+    if spec.device_sdist and (named is None or named.devices != spec.device_sdist_devices):
+        said = f"{named.name} for {' '.join(named.devices)}" if named else "none"
+        raise LockError(f"{lock.path}: header 'device-build' says {said}, matrix.yaml backends.{spec.backend}."
+                        f"device_build builds {spec.device_sdist} from its sdist for "
+                        f"{' '.join(spec.device_sdist_devices)}; regenerate it: {spec.command}")
 
 
 def load_lock(v: Variant, layer: str = "backend", root: Path | None = None) -> Lock:

@@ -196,7 +196,7 @@ Credential = tuple[str, str, str]  # (host, login, password) as a netrc `machine
 
 def split_url(flag: str, url: str, what: str = "index") -> tuple[str, Credential | None]:
     """A URL given on the command line (an index, an OS mirror) as (the URL without credentials, its credentials):
-    only the first may reach a Dockerfile, a label or a content key; the second travels as a build secret (a
+    only the first may reach a Dockerfile, a label or a cache key; the second travels as a build secret (a
     netrc, an apt auth.conf). A token in the query string has no such way and is refused."""
     if url == "":
         return "", None
@@ -230,7 +230,7 @@ def _redacted(parts: urllib.parse.SplitResult) -> str:
 @dataclass(frozen=True)
 class BuildInputs:
     """Everything a build fetches that is not part of the recipe: none of it is rendered into a
-    Dockerfile, so changing a mirror or a credential never changes an image's content key."""
+    Dockerfile, so changing a mirror or a credential never changes an image's cache keys or digest."""
 
     os_mirror: str = ""  # without credentials: those are os_mirror_credential
     os_mirror_credential: Credential | None = None

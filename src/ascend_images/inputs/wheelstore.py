@@ -1,9 +1,9 @@
 """The host's wheel store: every file a lock pins, kept once per host under the sha256 the lock names
 (`<store>/<sha256>/<file>`), filled on first use from the index (or a --wheelhouse / find-links directory) and
-verified on the way in (download) and on the way out (the build server hashes what it serves). Every stage of every
-build on the host installs from it, so two stages, two releases or two namespaces that need a wheel fetch it once.
-It is where, never what: no content key sees it. `invoke fetch` fills it for a selection, so an air-gapped host
-builds from it with --offline."""
+verified on the way in (download) and on the way out (every install checks the sha256 its lock names). Every
+stage of every build on the host installs from it, so two stages, two releases or two namespaces that need a wheel
+fetch it once. It is where, never what: no cache key sees it (a stage's named context holds its own files only).
+`invoke fetch` fills it for a selection, so an air-gapped host builds from it with --offline."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from ascend_images.matrix.placeholders import placeholders
 from ascend_images.matrix.schema import (
     ArchSpec,
     CannReleaseSpec,
+    DeviceBuild,
     DeviceSpec,
     FrameworkPins,
     LayoutSpec,
@@ -126,6 +127,12 @@ def cross_reference_problems(spec: MatrixSpec) -> list[str]:
     check("profile", d.profile, spec.env.profile, "defaults.profile")
     for name, backend in spec.backends.items():
         check("allocator", backend.allocator, spec.allocators, f"backends.{name}.allocator")
+        if backend.device_build is not None:
+            where = f"backends.{name}.device_build"
+            check("package", backend.device_build.package, backend.packages, f"{where}.package")
+            check("device", backend.device_build.pypi_wheel, spec.devices, f"{where}.pypi_wheel")
+            for device in backend.device_build.devices:
+                check("device", device, spec.devices, f"{where}.devices")
     for device, per_backend in d.release.items():
         check("device", device, spec.devices, "defaults.release")
         for backend, release in per_backend.items():
@@ -197,15 +204,34 @@ def backend_unsupported(spec: MatrixSpec, device: str, backend: str) -> str | No
     return support.why_not.get(backend, f"upstream ships it with {', '.join(support.backends)} only")
 
 
+def device_build_unbuildable(spec: MatrixSpec, device: str, release: str, backend: str) -> str | None:
+    """Why no build of the backend's device-specific package exists for `device` in this release (DESIGN 28), or
+    None: the device builds it from its sdist, and this version's sdist cannot build the device's kernels."""
+    build = spec.backends[backend].device_build
+    vllm = spec.releases[release].backends.vllm if backend == "vllm" else None
+    if build is None or vllm is None or build.devices.get(device) != "sdist":
+        return None
+    lacking = spec.backends["vllm"].sdist_lacks_catlass
+    if vllm.vllm_ascend not in lacking:
+        return None
+    return (f"{device} builds vllm-ascend from its sdist (backends.vllm.device_build), and vllm-ascend "
+            f"{vllm.vllm_ascend}'s sdist has no csrc/third_party/catlass for the device's custom ops (backends.vllm."
+            f"sdist_lacks_catlass), while PyPI's wheel is {build.pypi_wheel}'s build; valid: a release whose "
+            f"vllm-ascend sdist carries catlass (not {', '.join(lacking)})")
+
+
 def unsupported(spec: MatrixSpec, device: str, release: str, backend: str, framework: str = "none") -> str | None:
     """Why upstream ships no `device` image of this release, backend and framework (devices.<d>.support), or None.
     A release below a device's lines has no variant for it in the matrix, and naming one is refused (rule
     device-support)."""
+    rel = spec.releases[release]
+    what = f"{device} ({spec.devices[device].description.split(':')[0]})"
+    why = device_build_unbuildable(spec, device, release, backend)
+    if why is not None:
+        return f"no {backend} image for {what} on release {release!r}: {why}"
     support = spec.devices[device].support
     if support is None:
         return None
-    rel = spec.releases[release]
-    what = f"{device} ({spec.devices[device].description.split(':')[0]})"
     why = backend_unsupported(spec, device, backend)
     if why is not None:
         return f"no {backend} image for {what}: {why}; valid backends: {', '.join(support.backends or [])}"
@@ -299,6 +325,17 @@ class Variant:
     @property
     def framework_pins(self) -> FrameworkPins | None:
         return self.release.frameworks.get(self.framework) if self.framework != "none" else None
+
+    @property
+    def device_build(self) -> DeviceBuild | None:
+        """How the backend's device-specific package is built (backends.<name>.device_build), if it has one."""
+        return self.matrix.spec.backends[self.backend].device_build
+
+    @property
+    def device_sdist(self) -> str | None:
+        """The package this variant's image builds from its sdist for its device (its SOC_VERSION), or None."""
+        build = self.device_build
+        return build.package if build is not None and build.devices.get(self.device) == "sdist" else None
 
     @property
     def python_version(self) -> str:

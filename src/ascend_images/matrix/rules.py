@@ -117,6 +117,24 @@ def _vllm_ascend_sdist_sources(v: Variant) -> str | None:
     return None
 
 
+def _device_build(v: Variant) -> str | None:
+    build = v.device_build
+    if build is None or v.backend_pins is None:
+        return None
+    soc = v.device_spec.soc_version
+    how = build.devices.get(v.device)
+    sdist = f"sdist (built in the image with SOC_VERSION={soc})"
+    if how is None:
+        known = ", ".join(f"{d}: {h}" for d, h in build.devices.items())
+        return (f"backends.{v.backend}.device_build.devices names no build of {build.package} for {v.device} (it has "
+                f"{known}); valid for {v.device}: {sdist}" + (", or wheel" if v.device == build.pypi_wheel else ""))
+    if how == "wheel" and v.device != build.pypi_wheel:
+        return (f"{v.device} installs {build.package} from PyPI's wheel (backends.{v.backend}.device_build.devices."
+                f"{v.device}: wheel), which is {build.pypi_wheel}'s build: its start-up check stops it on "
+                f"{v.device}'s chip; valid for {v.device}: {sdist}")
+    return None
+
+
 def _sglang_python(v: Variant) -> str | None:
     spec = v.matrix.spec.backends["sglang"].python
     if _sglang_pins(v) is None or not isinstance(spec, str):
@@ -246,6 +264,10 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm-ascend-sdist-sources", "error",
          "a vllm-ascend sdist without catlass (backends.vllm.sdist_lacks_catlass) cannot build A2/A3 custom ops",
          "VA (csrc/build_aclnn.sh, .gitmodules); PyPI sdist file lists", _vllm_ascend_sdist_sources),
+    Rule("device-build", "error", "a device installs the build of a device-specific package made for it: PyPI's "
+         "wheel only on the device it is built for, elsewhere its sdist built with the device's SOC_VERSION "
+         "(backends.<backend>.device_build)", "VA setup.py, vllm_ascend/utils.py, Dockerfile.a3, Dockerfile.a5; "
+         "VA issue 11160", _device_build),
     Rule("sglang-python", "error", "SGLang on NPU needs Python {spec.backends[sglang].python}",
          "SG; ref002", _sglang_python),
     Rule("sglang-min-cann", "error", "SGLang on NPU needs CANN >= {spec.backends[sglang].min_cann}",

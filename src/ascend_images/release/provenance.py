@@ -18,6 +18,12 @@ BUILDER_ID = "https://github.com/ascend-images/ascend-images"
 # what a build was asked for: the matrix row and the selection (labels), never an input's location or credential
 SELECTION = ("release", "device", "backend", "os", "arch", "python", "profile", "allocator", "user-env")
 
+# What a provenance says of the build's secrets: how they reached it, as the Dockerfiles mount them (stages/render.py
+# SECRETS), and where they are not
+SECRETS_STATEMENT = ("the CA bundle, pip configuration, netrc and OS-mirror credentials reach the build as BuildKit "
+                     "secret mounts (type=secret, a file for the one RUN step that names it): in no layer, build arg, "
+                     "label, history entry or cache key, and recorded nowhere")
+
 
 @dataclass(frozen=True)
 class StageRecord:
@@ -75,9 +81,8 @@ def provenance(inv: Inventory, chain: list[StageRecord], subject: tuple[str, str
                 "externalParameters": {"selection": selection},
                 "internalParameters": {
                     "matrix.yaml": {"sha256": matrix_sha256},
-                    # the CA bundle and any credential reach a build through the build server only: named, never kept
-                    "secrets": "CA bundle, pip, netrc and OS-mirror credentials are served to the build on loopback "
-                               "and recorded nowhere",
+                    # how the CA bundle and credentials reached the build (DESIGN 5): named, never their values
+                    "secrets": SECRETS_STATEMENT,
                 },
                 "resolvedDependencies": dependencies,
             },
