@@ -30,7 +30,7 @@ def rendered(matrix, directory: Path, namespace: str) -> tuple[dict[str, bytes],
     plan = make_plan(variants, PlanOptions(SOURCES.cann, namespace))
     stages = render_plan(plan, SOURCES, directory)
     files = {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
-    return files, bake_file(plan, {slug: s.dockerfile for slug, s in stages.items()}, 1795824000,
+    return files, bake_file(plan, {slug: s.record for slug, s in stages.items()}, 1795824000,
                             "2026-11-28T00:00:00Z", "debian:12")
 
 
@@ -81,24 +81,35 @@ def printed(buildx: str, target: str, **variables: str) -> dict:
     return json.loads(result.stdout)["target"][target]
 
 
+def entries(printed_list: list) -> list[dict[str, str]]:
+    """An output or cache list as `bake --print` gives it, each entry as its attributes: buildx from 0.18 prints an
+    entry as an object, older ones as the `type=...,key=value` string the definition holds."""
+    return [entry if isinstance(entry, dict) else dict(part.split("=", 1) for part in entry.split(","))
+            for entry in printed_list]
+
+
+def attributes(text: str) -> list[dict[str, str]]:
+    return entries([text])
+
+
 def test_tags_follow_the_namespace_variable_and_push_pushes(buildx):
     target = printed(buildx, CANN_A3, NAMESPACE="registry.example.com:5000/team", PUSH="true")
     assert target["tags"] == ["registry.example.com:5000/team/cann:9.1.0-a3-debian12-py3.11-arm64"]
-    assert target["output"] == ["type=image,oci-mediatypes=true,push=true"]
+    assert entries(target["output"]) == attributes("type=image,oci-mediatypes=true,push=true")
     default = printed(buildx, CANN_A3)
     assert default["tags"] == ["ascend-images/cann:9.1.0-a3-debian12-py3.11-arm64"]
-    assert default["output"] == ["type=image,oci-mediatypes=true,push=false"]
+    assert entries(default["output"]) == attributes("type=image,oci-mediatypes=true,push=false")
 
 
 def test_the_registry_cache_is_off_unless_named_and_read_only_writes_nothing(buildx):
     assert "cache-from" not in printed(buildx, CANN_A3) and "cache-to" not in printed(buildx, CANN_A3)
     both = printed(buildx, CANN_A3, CACHE="registry.example.com/cache")
     ref = f"registry.example.com/cache/{CANN_A3}:buildcache"
-    assert both["cache-from"] == [f"type=registry,ref={ref}"]
-    assert both["cache-to"] == [f"type=registry,ref={ref},mode=max,oci-mediatypes=true,image-manifest=true,"
-                                "ignore-error=true"]
+    assert entries(both["cache-from"]) == attributes(f"type=registry,ref={ref}")
+    assert entries(both["cache-to"]) == attributes(f"type=registry,ref={ref},mode=max,oci-mediatypes=true,"
+                                                   "image-manifest=true,ignore-error=true")
     read_only = printed(buildx, CANN_A3, CACHE="registry.example.com/cache", CACHE_READ_ONLY="true")
-    assert read_only["cache-from"] == [f"type=registry,ref={ref}"]
+    assert entries(read_only["cache-from"]) == attributes(f"type=registry,ref={ref}")
     assert "cache-to" not in read_only
 
 
@@ -112,3 +123,17 @@ def test_the_committed_file_groups_what_ci_tests_and_publishes(matrix):
     assert not {overlay, old_layout} & set(definition["group"]["ci-publish"]["targets"])
     for group in definition["group"].values():
         assert set(group["targets"]) <= set(definition["target"])
+
+
+def test_a_build_on_the_hosts_network_grants_it_as_buildx_asks():
+    """The definition's targets take NETWORK from it (bake reads `network` from JSON from buildx 0.17); buildx grants
+    the host's network only with --allow, which `invoke build` passes where it asks for it, and only there."""
+    from ascend_images.builder.bake import BakeCommand
+
+    def argv(network: str) -> list[str]:
+        return BakeCommand((Path("d.json"),), ("t",), {"NETWORK": network}, Path("m.json")).argv()
+
+    assert argv("host")[-3:] == ["--allow", "network.host", "t"]
+    assert "--allow" not in argv("default")
+    target = json.loads((ROOT / "rendered" / "docker-bake.json").read_text())["target"][CANN_A3]
+    assert target["network"] == "${NETWORK}"

@@ -11,7 +11,7 @@ import pytest
 
 from ascend_images.errors import MatrixError
 from ascend_images.stages.envreaders import Shipped, shipped_env, stage_defaults, unread_env, user_env_warnings
-from ascend_images.stages.kinds import image_kind
+from ascend_images.stages.kinds import KINDS, image_env_of
 
 from .helpers import variant
 from .inprocess import run_invoke
@@ -25,12 +25,12 @@ TORCH_NPU_READS = {"ACL_OP_COMPILER_CACHE_DIR", "ACL_OP_COMPILER_CACHE_MODE", "A
 
 def test_each_variable_lands_in_the_first_stage_that_ships_its_reader(tmp_path):
     v = variant(tmp_path, backend="vllm", release="cann9.1.0-pt2.10.0")
-    cann, _ = stage_defaults(v, "cann", None)
+    cann, _ = stage_defaults(v, KINDS["cann"].env, None)
     assert set(cann) == CANN_READS
-    torch, own = stage_defaults(v, "torch", "cann")
+    torch, own = stage_defaults(v, KINDS["torch"].env, KINDS["cann"].env)
     assert set(own) == TORCH_NPU_READS | {"OMP_NUM_THREADS"}  # libgomp in torch's wheel reads OMP_NUM_THREADS
     assert set(torch) == CANN_READS | TORCH_NPU_READS | {"OMP_NUM_THREADS"}
-    _, own = stage_defaults(v, "vllm", "torch")
+    _, own = stage_defaults(v, KINDS["vllm"].env, KINDS["torch"].env)
     # vLLM-Ascend 0.23.0 reads FLASHCOMM1 and SOC_VERSION; vLLM 0.23.0 the Ray variable; graph mode wants queue 1
     assert set(own) == {"LD_PRELOAD", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "SOC_VERSION",
                         "TASK_QUEUE_ENABLE", "VLLM_ASCEND_ENABLE_FLASHCOMM1"}
@@ -52,18 +52,18 @@ def test_each_variable_lands_in_the_first_stage_that_ships_its_reader(tmp_path):
       "VLLM_ASCEND_ENABLE_PREFETCH_MLP"}),
 ])
 def test_vllm_variables_follow_the_versions_that_read_them(tmp_path, release, baked, not_baked):
-    env = shipped_env(variant(tmp_path, backend="vllm", release=release, device="a2"), "vllm")
+    env = shipped_env(variant(tmp_path, backend="vllm", release=release, device="a2"), KINDS["vllm"].env)
     assert baked <= set(env) and not (not_baked & set(env)), sorted(env)
 
 
 def test_what_nothing_in_the_image_reads_is_never_baked_and_says_why(tmp_path):
     sglang = variant(tmp_path, backend="sglang", release="cann9.0.0-sglang0.5.17")
-    env = shipped_env(sglang, "sglang")
+    env = shipped_env(sglang, KINDS["sglang"].env)
     # MindIE's; Ray's (the SGLang image ships no Ray); vLLM-Ascend's build setting
     assert {"NPU_MEMORY_FRACTION", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "SOC_VERSION"}.isdisjoint(env)
     assert env["SGLANG_DEEPEP_BF16_DISPATCH"].value == "1"  # sglang/srt/environ.py 0.5.17
     vllm = variant(tmp_path, backend="vllm", release="cann9.1.0-pt2.10.0")
-    unread = unread_env(vllm, image_kind(vllm))
+    unread = unread_env(vllm, image_env_of(vllm))
     assert set(unread) == {"NPU_MEMORY_FRACTION", "VLLM_USE_V1", "VLLM_ASCEND_ENABLE_FLASHCOMM",
                            "VLLM_ASCEND_ENABLE_DENSE_OPTIMIZE", "VLLM_ASCEND_ENABLE_PREFETCH_MLP"}
     assert "MindIE" in unread["NPU_MEMORY_FRACTION"].why
@@ -74,7 +74,7 @@ def test_what_nothing_in_the_image_reads_is_never_baked_and_says_why(tmp_path):
 def test_a_framework_layer_bakes_what_its_lock_ships(tmp_path):
     """verl's lock brings Ray, hydra-core and transformers: what they read joins in the framework stage."""
     v = variant(tmp_path, backend="vllm", framework="verl", release="cann9.1.0-pt2.10.0")
-    _, own = stage_defaults(v, "framework", "vllm")
+    _, own = stage_defaults(v, KINDS["framework"].env, KINDS["vllm"].env)
     assert set(own) == {"HCCL_ASYNC_ERROR_HANDLING", "HCCL_HOST_SOCKET_PORT_RANGE", "HCCL_NPU_SOCKET_PORT_RANGE",
                         "HYDRA_FULL_ERROR", "RAY_DEDUP_LOGS", "TRANSFORMERS_VERBOSITY",
                         "VLLM_ASCEND_ENABLE_MATMUL_ALLREDUCE"}
@@ -95,7 +95,7 @@ def test_a_package_reader_reads_in_its_range_prereleases_too(version, versions, 
 def test_a_typo_in_env_names_the_nearest_variable_the_image_reads(tmp_path):
     v = variant(tmp_path, backend="vllm", release="cann9.1.0-pt2.10.0",
                 env={"VLLM_ASCEND_ENABLE_FLASHCOM1": "1", "HF_TOKEN": "x", "OMP_NUM_THREADS": "4", "VLLM_USE_V1": "1"})
-    lines = user_env_warnings([n for n, _ in v.user_env], v, image_kind(v), v.matrix.spec.env, "IMG")
+    lines = user_env_warnings([n for n, _ in v.user_env], v, image_env_of(v), v.matrix.spec.env, "IMG")
     assert lines == [
         "warning: --env VLLM_ASCEND_ENABLE_FLASHCOM1: nothing in IMG reads it as far as matrix.yaml knows; did you "
         "mean VLLM_ASCEND_ENABLE_FLASHCOMM1 (vllm-ascend >=0.11,<0.30.0rc2 reads it)?",

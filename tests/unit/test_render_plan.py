@@ -1,3 +1,4 @@
+import dataclasses
 import hashlib
 import re
 from pathlib import Path
@@ -27,8 +28,8 @@ def render_all(matrix, tmp_path, sources, **select_kwargs):
     renderer = Renderer()
     out = {}
     for stage in plan.stages:
-        ctx, files = renderer.context(stage, sources)
-        out[stage.kind + ":" + stage.variant.device] = renderer.write(stage, tmp_path / "ctx", ctx, files)
+        record = renderer.record(stage, sources)
+        out[stage.kind + ":" + stage.variant.device] = renderer.write(stage, tmp_path / "ctx", record)
     return plan, out
 
 
@@ -62,7 +63,7 @@ def test_overlay_only_for_nondefault_profile_or_env(matrix):
 
 def test_an_overlay_alone_is_the_whole_plans_overlay_over_an_image(matrix, tmp_path):
     """`run --build`'s plan: one stage whose tag and rendered context are the whole plan's overlay, FROM the
-    image below by its tag (so the content key, which hashes both, is the same)."""
+    image below by its tag (so BuildKit's cache keys, which hash both, are the same)."""
     (v,) = select(matrix, device="a3", backend="sglang", release="cann8.5.0-pt2.8.0", arch="aarch64",
                   framework="verl", profile="debug")
     whole = make_plan([v], PlanOptions(url_sources().cann))
@@ -74,9 +75,9 @@ def test_an_overlay_alone_is_the_whole_plans_overlay_over_an_image(matrix, tmp_p
     renderer = Renderer()
     texts = []
     for name, one in (("whole", whole.top(v)), ("alone", stage)):
-        ctx, files = renderer.context(one, url_sources())
+        record = renderer.record(one, url_sources())
         texts.append(sorted((f.relative_to(tmp_path / name).as_posix(), f.read_bytes())
-                            for f in renderer.write(one, tmp_path / name, ctx, files).rglob("*") if f.is_file()))
+                            for f in renderer.write(one, tmp_path / name, record).rglob("*") if f.is_file()))
     assert texts[0] == texts[1]
     (plain,) = select(matrix, device="a3", backend="sglang", release="cann8.5.0-pt2.8.0", arch="aarch64")
     with pytest.raises(ValueError, match="has no overlay"):
@@ -156,12 +157,12 @@ def test_a_context_written_again_has_new_file_times(matrix, tmp_path):
     renderer = Renderer()
     (variant,) = select(matrix, device="a3", backend="sglang", arch="aarch64")
     stage = make_plan([variant], PlanOptions(url_sources().cann)).top(variant)
-    ctx, files = renderer.context(stage, url_sources())
-    before = renderer.write(stage, tmp_path, ctx, files) / "etc/env.json"
+    record = renderer.record(stage, url_sources())
+    before = renderer.write(stage, tmp_path, record) / "etc/env.json"
     written = before.stat().st_mtime_ns
     time.sleep(0.05)
-    files["etc/env.json"] = files["etc/env.json"].replace(b"1", b"2")  # the same size
-    after = renderer.write(stage, tmp_path, ctx, files) / "etc/env.json"
+    files = {**record.files, "etc/env.json": record.files["etc/env.json"].replace(b"1", b"2")}  # the same size
+    after = renderer.write(stage, tmp_path, dataclasses.replace(record, files=files)) / "etc/env.json"
     assert after.read_bytes() == files["etc/env.json"] and after.stat().st_size == len(files["etc/env.json"])
     assert after.stat().st_mtime_ns > written
 
@@ -230,11 +231,11 @@ def test_failed_render_leaves_no_directory(matrix, tmp_path, monkeypatch):
     plan = make_plan([v], PlanOptions(url_sources().cann))
     stage = plan.stages[0]
     renderer = Renderer()
-    ctx, files = renderer.context(stage, url_sources())
-    files["bad/../../escape"] = b"x"
+    record = renderer.record(stage, url_sources())
+    record = dataclasses.replace(record, files={**record.files, "bad/../../escape": b"x"})
     monkeypatch.setattr(Path, "write_bytes", lambda self, data: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError):
-        renderer.write(stage, tmp_path, ctx, files)
+        renderer.write(stage, tmp_path, record)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -259,8 +260,8 @@ def test_a_profile_or_build_time_env_changes_only_the_overlay(tmp_path):
         plan = make_plan([variant], PlanOptions(sources.cann))
         renders[name] = {}
         for stage in plan.stages:
-            ctx, files = Renderer().context(stage, sources)
-            renders[name][stage.kind] = (Renderer().render_text(stage, ctx), files)
+            record = Renderer().record(stage, sources)
+            renders[name][stage.kind] = (Renderer().render_text(stage, record), record.files)
     assert "overlay" not in renders["default"]
     for name in ("debug", "env"):
         assert set(renders[name]) == {*renders["default"], "overlay"}
@@ -290,8 +291,8 @@ def test_the_backend_sdist_a_stage_builds_is_among_the_files_the_wheel_store_mus
     as with every locked file (the CI build of vLLM 0.23.0 failed on a 404 for it when it was not)."""
     (v,) = select(matrix, device="a3", backend="vllm", release="cann9.1.0-pt2.10.0", arch="aarch64")
     stage = make_plan([v], PlanOptions(CannSource("url", strict=False))).top(v)
-    ctx, _ = Renderer().context(stage, url_sources())
+    record = Renderer().record(stage, url_sources())
     # PyPI's vllm-0.23.0.tar.gz, sha256 as PyPI's simple index lists it
     sdist = "760269db3d9611e12e524681df1bca0977d5d2f5fcb4481cc34d33efc4ae7ff5"
-    assert f"vllm==0.23.0 --hash=sha256:{sdist}" in ctx["packages"]["wanted"]
-    assert f"/run/ascend-images/wheels/{sdist}#{sdist}" in Renderer().render_text(stage, ctx)
+    assert f"vllm==0.23.0 --hash=sha256:{sdist}" in record.wanted and sdist in record.contexts["wheels"]
+    assert f"/run/ascend-images/wheels/{sdist}#{sdist}" in Renderer().render_text(stage, record)

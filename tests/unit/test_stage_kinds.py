@@ -51,8 +51,8 @@ def test_a_kind_is_one_row_and_one_template(matrix, tmp_path, probe_kind):
     assert list_tag(vllm) == "1.0-cann8.5.1-a3-debian12-py3.11"
 
     renderer = Renderer(images)
-    ctx, _ = renderer.context(probe, Sources(CannSource("url", strict=False), ArtifactSource(strict=False)))
-    text = renderer.render_text(probe, ctx)
+    record = renderer.record(probe, Sources(CannSource("url", strict=False), ArtifactSource(strict=False)))
+    text = renderer.render_text(probe, record)
     assert "FROM ascend-images/vllm-ascend:0.18.0-cann8.5.1-a3-debian12-py3.11-arm64\nRUN echo probe\n" in text
     assert 'io.ascend-images.probe="yes"' in text
     assert 'org.opencontainers.image.version="1.0"' in text

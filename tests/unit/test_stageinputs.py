@@ -1,5 +1,6 @@
 """What a stage's build is given beside its context (DESIGN 5, 23): named build contexts holding exactly the files its
-Dockerfile names, and secret files that exist only while it builds. Plus the CANN environment a cann stage bakes
+record names (and its Dockerfile: checked here by reading the committed ones, as nothing in the product does), and
+secret files that exist only while it builds. Plus the CANN environment a cann stage bakes
 (matrix/cannenv.py): the env lines applied as Docker applies ENV, path lists cleaned."""
 
 from __future__ import annotations
@@ -9,27 +10,22 @@ import stat
 
 import pytest
 
-from ascend_images.builder.stageinputs import (
-    lay_out_contexts,
-    mounted_contexts,
-    referenced,
-    secret_documents,
-    write_secrets,
-)
+from ascend_images.builder.stageinputs import lay_out_contexts, secret_documents, write_secrets
 from ascend_images.errors import BuildError, SelectionError
-from ascend_images.inputs.sources import ArtifactSource, BuildInputs, CannSource, Sources
+from ascend_images.inputs.sources import INPUTS_DIR, Artifact, ArtifactSource, BuildInputs, CannSource, Sources
 from ascend_images.inputs.wheelstore import WheelStore
 from ascend_images.matrix.cannenv import clean_path_list, expand
+from ascend_images.stages.record import StageInputs, StageRecord
+from tests.conftest import ROOT
 
-DOCKERFILE = """\
-FROM x AS packages
-RUN --mount=type=bind,from=wheels,target=/run/ascend-images/wheels \\
-    --mount=type=bind,from=artifacts,target=/run/ascend-images/artifacts \\
-    fetch /run/ascend-images/artifacts/zip-1.zip#${SHA256_ZIP_1_ZIP} /tmp/z \\
- && fetch /run/ascend-images/wheels/%s#%s /tmp/sdist
-FROM y
-RUN --mount=type=bind,from=packages,source=/out,target=/tmp/out true
-"""
+
+def record_of(sdist: str, zip_file: str = "zip-1.zip", wanted: tuple[str, ...] = ()) -> StageRecord:
+    """A stage whose render named one download (a zip) and one wheel-store sdist beside its locked wheels."""
+    inputs = StageInputs()
+    inputs.download(Artifact(zip_file, f"{INPUTS_DIR}/artifacts/{zip_file}", "0" * 64))
+    inputs.wheel(sdist)
+    inputs.want(wanted)
+    return inputs.freeze("s", {}, {}, None, {})
 
 
 def sha(data: bytes) -> str:
@@ -52,15 +48,15 @@ def test_each_named_context_holds_exactly_what_the_stage_names(tmp_path, store):
     artifacts.mkdir()
     (artifacts / "zip-1.zip").write_bytes(b"zip")
     (artifacts / "unrelated.zip").write_bytes(b"other")
-    dockerfile = DOCKERFILE % (sha(b"c"), sha(b"c"))
-    assert mounted_contexts(dockerfile) == ["artifacts", "wheels"]  # `packages` is a stage of its own
-    assert referenced(dockerfile, "artifacts") == ["zip-1.zip"]
+    wanted = (f"a==1.0 --hash=sha256:{sha(b'a')}", f"b==2.0 --hash=sha256:{sha(b'b')}")
+    record = record_of(sha(b"c"), wanted=wanted)
+    assert record.contexts == {"wheels": tuple(sorted([sha(b"a"), sha(b"b"), sha(b"c")])),
+                               "artifacts": ("zip-1.zip",)}
     sources = Sources(CannSource("url", strict=False), ArtifactSource(artifacts))
-    wanted = [f"a==1.0 --hash=sha256:{sha(b'a')}", f"b==2.0 --hash=sha256:{sha(b'b')}"]
-    given = lay_out_contexts(dockerfile, wanted, sources, store, tmp_path / "inputs")
+    given = lay_out_contexts(record, sources, store, tmp_path / "inputs")
     contexts = {name: sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
                 for name, path in given.items()}
-    # written out by hand: the two locked wheels and the sdist the Dockerfile names, by sha256; the one zip
+    # written out by hand: the two locked wheels and the sdist the stage names, by sha256; the one zip; no CANN
     assert contexts == {"wheels": sorted([f"{sha(b'a')}/a-1.0-py3-none-any.whl", f"{sha(b'b')}/b-2.0-py3-none-any.whl",
                                           f"{sha(b'c')}/c-3.0.tar.gz"]),
                         "artifacts": ["zip-1.zip"]}
@@ -69,7 +65,32 @@ def test_each_named_context_holds_exactly_what_the_stage_names(tmp_path, store):
 def test_a_file_no_directory_holds_stops_before_the_build(tmp_path, store):
     sources = Sources(CannSource("url", strict=False), ArtifactSource(None))
     with pytest.raises(BuildError, match=r"/run/ascend-images/artifacts/zip-1.zip, and no local directory holds it"):
-        lay_out_contexts(DOCKERFILE % ("0" * 64, "0" * 64), [], sources, store, tmp_path / "inputs")
+        lay_out_contexts(record_of(sha(b"c")), sources, store, tmp_path / "inputs")
+
+
+def test_every_committed_stages_record_names_what_its_dockerfile_names():
+    """The record is what the bake writer and the workspace read instead of the Dockerfile: for every committed
+    stage, what its Dockerfile mounts and names under each named context (read here from the text) is in its record,
+    with nothing more, and INSTALLER_BASE is a build arg of exactly the stages that declare it."""
+    import re
+
+    from ascend_images.matrix.model import load_matrix
+    from ascend_images.stages.bake import render_plan
+    from ascend_images.stages.drift import committed_plan, committed_sources
+
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    rendered = render_plan(committed_plan(matrix), committed_sources(matrix))
+    assert len(rendered) > 20
+    for slug, stage in rendered.items():
+        named = {m for m in re.findall(r"--mount=type=bind,from=([\w-]+),", stage.dockerfile)}
+        assert named & {"wheels", "cann", "artifacts"} <= set(stage.record.contexts), slug
+        for name, paths in stage.record.contexts.items():
+            found = set(re.findall(re.escape(f"{INPUTS_DIR}/{name}/") + r"([^\s#\"'/]+)", stage.dockerfile))
+            if name == "wheels":  # its locked wheels are named in install.txt, not in the Dockerfile
+                assert found <= set(paths), (slug, found - set(paths))
+            else:
+                assert found == set(paths), (slug, name, found, paths)
+        assert ("ARG INSTALLER_BASE=" in stage.dockerfile) == (stage.record.installer_base is not None), slug
 
 
 def test_secrets_are_private_files_of_the_build(tmp_path, store):

@@ -46,6 +46,8 @@ class BakeCommand:
             argv += ["--builder", self.builder]
         for path in self.files:
             argv += ["-f", str(path)]
+        if self.variables.get("NETWORK") == "host":  # the definition's targets ask for it: granted, as buildx wants
+            argv += ["--allow", "network.host"]
         if self.no_cache:
             argv.append("--no-cache")
         return [*argv, *self.targets]

@@ -8,37 +8,24 @@
   build ends; BuildKit mounts them as tmpfs files for one RUN step, so they reach no layer, no history, no cache key.
 
 The named contexts are laid out one directory per bake target, by `invoke build` and by `invoke fetch --bake-inputs`
-alike; the secrets go to a scratch directory of the build's own, removed with it.
+alike, from each stage's record (stages/record.py: what its render names in each context); the secrets go to a
+scratch directory of the build's own, removed with it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ascend_images.errors import BuildError
 from ascend_images.inputs.sources import INPUTS_DIR, BuildInputs, Sources
 from ascend_images.inputs.wheelstore import WheelStore, stored_files
-from ascend_images.stages.bake import RenderedStage, target_name
+from ascend_images.stages.bake import target_name
 from ascend_images.stages.plan import BuildPlan
-from ascend_images.stages.render import NAMED_CONTEXTS
-
-_REFERENCE = re.compile(re.escape(INPUTS_DIR) + r"/(?P<name>[a-z]+)/(?P<path>[^\s#\"']+)")
-_MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
-
-
-def mounted_contexts(dockerfile: str) -> list[str]:
-    """The named build contexts a Dockerfile mounts (its stages' names aside)."""
-    return sorted({m["name"] for m in _MOUNTED.finditer(dockerfile)} & set(NAMED_CONTEXTS))
-
-
-def referenced(dockerfile: str, name: str) -> list[str]:
-    """The paths under a named context that a Dockerfile names (`/run/ascend-images/<name>/<path>`)."""
-    return sorted({m["path"] for m in _REFERENCE.finditer(dockerfile) if m["name"] == name})
+from ascend_images.stages.record import StageRecord
 
 
 def _link(source: Path, target: Path) -> None:
@@ -72,20 +59,16 @@ def secret_documents(inputs: BuildInputs) -> dict[str, bytes]:
     return documents
 
 
-def lay_out_contexts(dockerfile: str, wanted: Iterable[str], sources: Sources, store: WheelStore,
-                     directory: Path) -> dict[str, Path]:
-    """The named contexts `dockerfile` mounts, each a directory `directory/<name>` holding exactly the files it names
-    (hard links): `wanted` are the stage's `name==version --hash=sha256:...` lines (its locks' files, build
-    requirements, uv), which its install steps find in the `wheels` context by their sha256."""
+def lay_out_contexts(record: StageRecord, sources: Sources, store: WheelStore, directory: Path) -> dict[str, Path]:
+    """The stage's named contexts, each a directory `directory/<name>` holding exactly the files its record names
+    there (hard links): the wheel store's files by their sha256, the CANN directory's and the artifacts' by name."""
     contexts: dict[str, Path] = {}
-    for name in mounted_contexts(dockerfile):
+    for name, paths in record.contexts.items():
         into = directory / name
         into.mkdir(parents=True)
         contexts[name] = into
         if name == "wheels":
-            hashes = {f.sha256 for f in stored_files(wanted)}
-            hashes |= {path.split("/", 1)[0] for path in referenced(dockerfile, name)}
-            for sha256 in sorted(hashes):
+            for sha256 in paths:
                 found = store.path(sha256)
                 if found is None:
                     raise BuildError(f"the wheel store ({store.root}) has no file with sha256 {sha256}, which "
@@ -94,7 +77,7 @@ def lay_out_contexts(dockerfile: str, wanted: Iterable[str], sources: Sources, s
             continue
         source = sources.cann.directory or sources.cann.cache if name == "cann" else \
             sources.artifacts.directory or sources.artifacts.cache
-        for rel in referenced(dockerfile, name):
+        for rel in paths:
             if source is None or not (source / rel).is_file():
                 raise BuildError(f"the build names {INPUTS_DIR}/{name}/{rel}, and no local directory holds it "
                                  f"({'--cann-dir' if name == 'cann' else '--artifacts-dir'}, or `invoke fetch`)")
@@ -110,7 +93,7 @@ def write_secrets(inputs: BuildInputs, directory: Path) -> dict[str, Path]:
     return {name: _secret(directory, name, data) for name, data in secret_documents(inputs).items()}
 
 
-def lay_out_bake_inputs(plan: BuildPlan, rendered: Mapping[str, RenderedStage], sources: Sources, store: WheelStore,
+def lay_out_bake_inputs(plan: BuildPlan, records: Mapping[str, StageRecord], sources: Sources, store: WheelStore,
                         root: Path, login: Callable[[str], str] = str) -> list[Path]:
     """Each stage's named contexts under `root/<bake target>/<name>`, as the bake definition takes them
     (BAKE_INPUTS): exactly the files its Dockerfile names, so the steps that mount them have the same cache keys in
@@ -121,12 +104,12 @@ def lay_out_bake_inputs(plan: BuildPlan, rendered: Mapping[str, RenderedStage], 
     root.mkdir(parents=True, exist_ok=True)
     laid_out = []
     for stage in plan.stages:
-        built = rendered[stage.slug]
-        store.ensure(stored_files(built.wanted), [login(url) for url in built.indexes])
+        record = records[stage.slug]
+        store.ensure(stored_files(record.wanted), [login(url) for url in record.indexes])
         target = root / target_name(stage)
         scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
         try:
-            lay_out_contexts(built.dockerfile, built.wanted, sources, store, scratch)
+            lay_out_contexts(record, sources, store, scratch)
             shutil.rmtree(target, ignore_errors=True)
             scratch.rename(target)
         finally:

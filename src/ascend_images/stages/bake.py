@@ -30,14 +30,14 @@ from typing import Any
 from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.sources import Sources
 from ascend_images.stages.plan import BuildPlan
-from ascend_images.stages.render import NAMED_CONTEXTS, Renderer
+from ascend_images.stages.record import StageRecord
+from ascend_images.stages.render import Renderer
 from ascend_images.stages.stage import Stage
 
 # the directory of every target's named contexts, as `invoke fetch --bake-inputs` leaves it
 INPUTS_VARIABLE = "BAKE_INPUTS"
 INPUTS_DEFAULT = "build/bake-inputs"
 CONTEXTS_VARIABLE = "CONTEXTS"
-_MOUNTED = re.compile(r"--mount=type=bind,from=(?P<name>[\w-]+),")
 # the registry cache: a ref per target, under CACHE, both ways unless CACHE_READ_ONLY
 _CACHE_ON = 'CACHE != ""'
 _CACHE_WRITE = 'CACHE != "" && CACHE_READ_ONLY != "true"'
@@ -58,20 +58,19 @@ def _quoted(text: str) -> str:
     return '"' + text.replace('"', '\\"') + '"'
 
 
-def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], epoch: int, created: str, installer_base: str,
+def bake_file(plan: BuildPlan, records: Mapping[str, StageRecord], epoch: int, created: str, installer_base: str,
               groups: Mapping[str, list[Stage]] | None = None) -> dict[str, Any]:
-    """The bake definition of `plan`: `dockerfiles` maps each stage's slug to its Dockerfile (what it mounts decides
-    its contexts). Its default group is the plan's variant images; `groups` adds named ones (their top stages)."""
+    """The bake definition of `plan`: `records` holds each stage's record, by slug (its named contexts and build
+    args). Its default group is the plan's variant images; `groups` adds named ones (their top stages)."""
     targets: dict[str, Any] = {}
     for stage in plan.stages:
-        dockerfile = dockerfiles[stage.slug]
+        record = records[stage.slug]
         name = target_name(stage)
-        mounted = sorted({m["name"] for m in _MOUNTED.finditer(dockerfile)} & set(NAMED_CONTEXTS))
-        contexts = {context: f"${{{INPUTS_VARIABLE}}}/{name}/{context}" for context in mounted}
+        contexts = {context: f"${{{INPUTS_VARIABLE}}}/{name}/{context}" for context in sorted(record.contexts)}
         if stage.parent is not None:
             contexts[stage.parent_ref] = f"target:{target_name(stage.parent)}"
         args = {"SOURCE_DATE_EPOCH": "${SOURCE_DATE_EPOCH}"}
-        if "ARG INSTALLER_BASE=" in dockerfile:
+        if record.installer_base is not None:
             args["INSTALLER_BASE"] = "${INSTALLER_BASE}"
         cache = f"type=registry,ref=${{CACHE}}/{name}:buildcache"
         targets[name] = {
@@ -116,23 +115,20 @@ def bake_file(plan: BuildPlan, dockerfiles: Mapping[str, str], epoch: int, creat
 
 @dataclass(frozen=True)
 class RenderedStage:
+    record: StageRecord
     dockerfile: str
-    wanted: tuple[str, ...]  # the `name==version --hash=sha256:...` lines of the wheel store its build takes
-    indexes: tuple[str, ...]  # where beside the pip indexes those files are found (x86_64's torch: its CPU index)
 
 
-def render_plan(plan: BuildPlan, sources: Sources, out_dir: Path, header: str = "",
+def render_plan(plan: BuildPlan, sources: Sources, out_dir: Path | None = None, header: str = "",
                 renderer: Renderer | None = None) -> dict[str, RenderedStage]:
-    """Every stage's context written under `out_dir/<slug>`, all rendered in memory first (a failure writes
-    nothing, and a missing download or stale lock fails before any file is touched); returns what each slug's build
-    takes: its Dockerfile (for bake_file) and the wheel store's files it installs (for its inputs)."""
+    """Every stage's record and Dockerfile, by slug, all rendered in memory first (a missing download or stale lock
+    fails before any file is touched); with `out_dir`, each stage's context is then written under `out_dir/<slug>`."""
     renderer = renderer or Renderer()
-    rendered = []
+    rendered = {}
     for stage in plan.stages:
-        ctx, files = renderer.context(stage, sources)
-        rendered.append((stage, ctx, files, header + renderer.render_text(stage, ctx)))
-    for stage, ctx, files, dockerfile in rendered:
-        renderer.write(stage, out_dir, ctx, files, dockerfile)
-    return {stage.slug: RenderedStage(dockerfile, tuple(ctx.get("packages", {}).get("wanted", [])),
-                                      tuple(ctx.get("packages", {}).get("indexes", [])))
-            for stage, ctx, _, dockerfile in rendered}
+        record = renderer.record(stage, sources)
+        rendered[stage.slug] = RenderedStage(record, header + renderer.render_text(stage, record))
+    if out_dir is not None:
+        for stage in plan.stages:
+            renderer.write(stage, out_dir, rendered[stage.slug].record, rendered[stage.slug].dockerfile)
+    return rendered

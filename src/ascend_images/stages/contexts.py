@@ -10,7 +10,6 @@ stages; the stage itself copies the result in.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,8 +26,9 @@ from ascend_images.inputs.sources import INPUTS_DIR, MISSING_SHA256, Artifact, S
 from ascend_images.matrix.cannenv import expand
 from ascend_images.matrix.envs import EnvValue
 from ascend_images.matrix.model import Variant
-from ascend_images.stages.envreaders import shipped_env, stage_defaults
-from ascend_images.stages.packages import StagePackages, stage_packages
+from ascend_images.stages.envreaders import KindEnv, shipped_env, stage_defaults
+from ascend_images.stages.packages import SourceBuild, StagePackages, stage_packages
+from ascend_images.stages.record import StageInputs, pin_arg, store_url
 from ascend_images.stages.stage import Stage
 
 LABEL_PREFIX = "io.ascend-images"
@@ -52,41 +52,15 @@ INSTALLER_FILES = {
 }
 
 
-def store_url(sha256: str) -> str:
-    """A file of the wheel store as the builds take it: the store's directory for that sha256, in the named build
-    context `wheels` (fetch takes the one file there, and checks it)."""
-    return f"{INPUTS_DIR}/wheels/{sha256}"
-
-
-def pin_arg(file: str) -> str:
-    """The build arg that holds a download's sha256 (pins.yaml's, or the local file's): its default is rendered into
-    the Dockerfile, and a build of the committed Dockerfiles from other files (bake: `--set TARGET.args.NAME=...`)
-    names what it installs instead, which its labels then record."""
-    return "SHA256_" + re.sub(r"[^A-Za-z0-9]+", "_", file).strip("_").upper()
-
-
-def download(ctx: dict[str, Any], artifact: Artifact) -> dict[str, str]:
-    """A download PyPI does not carry, as the templates take it: its path in the build's inputs, and its sha256 as a
-    build arg (registered in ctx["download_args"], which the Dockerfile declares with its default)."""
-    arg = pin_arg(artifact.file)
-    ctx.setdefault("download_args", {})[arg] = artifact.sha256
-    return {"file": artifact.file, "url": artifact.url, "sha256": artifact.sha256, "arg": arg}
-
-
-def download_spec(ctx: dict[str, Any], artifact: Artifact) -> str:
-    """`PATH#${SHA256_...}`: what fetch and the build scripts take."""
-    item = download(ctx, artifact)
-    return f"{item['url']}#${{{item['arg']}}}"
-
-
 def installer_files() -> dict[str, bytes]:
     return {rel: (IMAGES_DIR / "common" / source).read_bytes() for rel, source in INSTALLER_FILES.items()}
 
 
 # --- the packages of a stage -----------------------------------------------------------------------------------------
 def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
-                     builds: list[dict[str, Any]] | None = None, fetched_wheels: Iterable[Artifact] = (),
-                     zips: Iterable[Artifact] = (), target_build: dict[str, Any] | None = None) -> None:
+                     inputs: StageInputs, builds: list[dict[str, Any]] | None = None,
+                     fetched_wheels: Iterable[Artifact] = (), zips: Iterable[Artifact] = (),
+                     target_build: dict[str, Any] | None = None) -> None:
     """The variables the partials packages-*.j2 read, and the files they copy: install.txt (the lock's pins the
     image below lacks, hashed), build-requirements.txt, the stage's locks (kept in the image), plus the source builds
     the kind adds (`builds`: each one wheel, built on the target or, `native`, here) and wheels fetched as files
@@ -108,14 +82,15 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
         files["build-requirements.txt"] = ("".join(f"{line}\n" for line in pk.build_requirements)).encode()
     native = [b for b in builds or [] if b["native"]]
     files.update(installer_files())
-    locked_builds = [{"key": f"{build_key(v)}-{b.sha256[:16]}", "spec": f"{store_url(b.sha256)}#{b.sha256}",
-                      "subdir": ".", "project_file": "", "version": "", "env": [], "script": "",
+    locked_builds = [{"key": f"{build_key(v)}-{b.sha256[:16]}", "spec": f"{inputs.wheel(b.sha256)}#{b.sha256}",
+                      "subdir": ".", "project_file": "", "version": "", "env": [], "script": "", "args": [],
                       "what": f"{b.name} {b.version} (no {v.arch} wheel)"} for b in pk.builds]
     tool = v.matrix.spec.tools["uv"]
     uv = tool.files[v.arch]
     ctx["platform"] = v.arch_spec.docker_platform
-    ctx["uv"] = {"version": tool.version, "files": [{"url": f"{arch}={store_url(f.sha256)}", "sha256": f.sha256}
+    ctx["uv"] = {"version": tool.version, "files": [{"url": f"{arch}={inputs.wheel(f.sha256)}", "sha256": f.sha256}
                                                    for arch, f in tool.files.items()]}
+    locked_builds += [device_build(stage, sources, inputs, b) for b in pk.device_builds]
     target_builds = [*locked_builds, *(b for b in builds or [] if not b["native"])]
     if target_build:
         target_builds.append(target_build)
@@ -125,31 +100,46 @@ def packages_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files:
         "target_builds": target_builds,
         "native_builds": native,
         "build_requirements": bool(pk.build_requirements),
-        "fetched": [download(ctx, a) for a in fetched_wheels],
-        "zips": [download(ctx, a) for a in zips],
+        "fetched": [inputs.download(a) for a in fetched_wheels],
+        "zips": [inputs.download(a) for a in zips],
         "names": sorted({line.split("==", 1)[0] for line in pk.install}),
         "python_platform": f"{v.arch}-{GLIBC_FLOOR}", "prefix": PYTHON_PREFIX,
-        "uv_target": {"url": store_url(uv.sha256), "sha256": uv.sha256},
+        "uv_target": {"url": inputs.wheel(uv.sha256), "sha256": uv.sha256},
         "waived": list(pk.waived),
     }
-    # read by the builder, not by the template: what the wheel store must hold (uv for the build host's arch and the
-    # target's among it), and where beside the pip indexes it finds it (x86_64's torch: PyTorch's CPU index)
-    ctx["packages"]["wanted"] = [*pk.wanted, *(f"uv=={tool.version} --hash=sha256:{f.sha256}"
-                                               for f in tool.files.values())]
+    # what the wheel store must hold (uv for the build host's arch and the target's among it), and where beside the pip
+    # indexes it finds it (x86_64's torch: PyTorch's CPU index)
+    inputs.want([*pk.wanted, *(f"uv=={tool.version} --hash=sha256:{f.sha256}" for f in tool.files.values())])
     torch_index = v.arch_spec.torch_index_url if sources.torch_index_url is None else sources.torch_index_url
-    ctx["packages"]["indexes"] = [torch_index] if torch_index else []
+    inputs.indexes.extend([torch_index] if torch_index else [])
 
 
-def source_build(ctx: dict[str, Any], key: str, artifact: Artifact, what: str, *, subdir: str = ".",
+def device_build(stage: Stage, sources: Sources, inputs: StageInputs, build: SourceBuild) -> dict[str, Any]:
+    """A locked package built on the target from its sdist for the stage's device (DESIGN 28): with the device's
+    SOC_VERSION, which the package's build records and its start-up check compares with the chip, and its kernels
+    compiled by CANN's compilers. The kernels' switch is a build arg: on, but where the CANN is a test double (it has
+    no compiler; the image carries the test-double label), so the same build writes the same device record."""
+    v = stage.variant
+    spec = v.device_build
+    assert spec is not None
+    soc = v.device_spec.soc_version
+    inputs.switch(spec.kernels, "0" if sources.cann.test_double else "1")
+    switch = f"{spec.kernels}=${{{spec.kernels}}}"
+    return {"key": f"{build_key(v)}-{soc}-{spec.kernels.lower()}${{{spec.kernels}}}-{build.sha256[:16]}",
+            "spec": f"{inputs.wheel(build.sha256)}#{build.sha256}", "subdir": ".", "project_file": "", "version": "",
+            "env": [f"SOC_VERSION={soc}", switch], "script": "", "args": [spec.kernels],
+            "what": f"{build.name} {build.version} for {v.device} from its sdist (SOC_VERSION={soc}, {switch})"}
+
+
+def source_build(inputs: StageInputs, key: str, artifact: Artifact, what: str, *, subdir: str = ".",
                  project_file: str = "", version: str = "", env: Iterable[str] = (),
                  native: bool = False) -> dict[str, Any]:
     """One wheel built from a source tree: on the target (the default), or, for a pure-Python tree (`native`), on the
     build host's own arch in the native packages stage (build-pure-wheel refuses a wheel that is not py3-none-any)."""
-    spec = f"{artifact.url}#{artifact.sha256}" if artifact.url.startswith(store_url("")) else \
-        download_spec(ctx, artifact)
+    spec = inputs.spec(artifact)
     return {"key": f"{key}-{artifact.sha256[:16]}", "spec": spec, "subdir": subdir,
             "project_file": project_file, "version": version, "env": list(env), "what": what, "native": native,
-            "script": ""}
+            "script": "", "args": []}
 
 
 def build_key(v: Variant) -> str:
@@ -159,21 +149,22 @@ def build_key(v: Variant) -> str:
 
 
 # --- base ------------------------------------------------------------------------------------------------------------
-def base_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
-                 files: dict[str, bytes]) -> None:
+def base_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                 inputs: StageInputs) -> None:
     v = stage.variant
     if v.python != "system":
         resolved = sources.artifacts.resolve(f"python {v.python}", bisheng_wanted(v))
-        ctx["python"]["artifacts"] = [download(ctx, a) for a in resolved.values()]
+        ctx["python"]["artifacts"] = [inputs.download(a) for a in resolved.values()]
         record_downloads(stage, ctx, resolved.values())
-    packages_context(stage, sources, ctx, files)
+    packages_context(stage, sources, ctx, files, inputs)
 
 
 # --- cann-install, cann ----------------------------------------------------------------------------------------------
-def cann_install_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
-                         files: dict[str, bytes]) -> None:
+def cann_install_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                         inputs: StageInputs) -> None:
     packages = sources.cann.packages(stage.variant)
-    ctx["cann"]["packages"] = [{"kind": p.kind, **download(ctx, Artifact(p.file, p.url, p.sha256))} for p in packages]
+    ctx["cann"]["packages"] = [{"kind": p.kind, **inputs.download(Artifact(p.file, p.url, p.sha256))}
+                               for p in packages]
     record_downloads(stage, ctx, packages)
 
 
@@ -187,9 +178,10 @@ def cann_env(v: Variant) -> dict[str, str]:
     return expand(v.cann_env_lines, BELOW)
 
 
-def cann_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes]) -> None:
+def cann_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                 inputs: StageInputs) -> None:
     v = stage.variant
-    baked, _ = stage_defaults(v, stage.kind, None, stage.locks)
+    baked, _ = stage_defaults(v, stage_env(stage), None, stage.locks)
     ctx["cann_env"] = [{"name": k, "value": val, "comment": "", "expands": k in BELOW}
                        for k, val in cann_env(v).items()]
     ctx["cann_env_source"] = v.cann_env_source
@@ -202,37 +194,41 @@ def cann_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dic
 
 
 # --- torch -----------------------------------------------------------------------------------------------------------
-def torch_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
-                  files: dict[str, bytes]) -> None:
+def torch_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                  inputs: StageInputs) -> None:
     v = stage.variant
     local = v.arch_spec.torch_local_version
     files["constraints.txt"] = f"torch=={v.torch}{local}\ntorch-npu=={v.torch_npu}\n".encode()
-    baked, own = stage_defaults(v, stage.kind, below_kind(stage), stage.locks)
+    baked, own = stage_defaults(v, stage_env(stage), below_env(stage), stage.locks)
     ctx["defaults"] = env_items(own)
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
-    packages_context(stage, sources, ctx, files)
+    packages_context(stage, sources, ctx, files, inputs)
 
 
 # --- the backends: vllm and sglang -----------------------------------------------------------------------------------
-def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
-                    files: dict[str, bytes]) -> None:
+def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                    inputs: StageInputs) -> None:
     v = stage.variant
-    baked, own = stage_defaults(v, stage.kind, below_kind(stage), stage.locks)
+    baked, own = stage_defaults(v, stage_env(stage), below_env(stage), stage.locks)
     ctx["defaults"] = env_items(own)
     ctx["pins"] = v.backend_pins.model_dump(by_alias=True) if v.backend_pins else {}
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     ctx["lock"], source = _backend_source(stage, sources)
     wheels = sources.artifacts.resolve(f"{v.backend} {v.release_name}: wheels not on PyPI",
                                        off_pypi_wanted(v, stage.locks))
-    ctx["off_pypi"] = [download(ctx, a) for a in wheels.values()]
+    ctx["off_pypi"] = [inputs.download(a) for a in wheels.values()]
     record_downloads(stage, ctx, [*wheels.values(), *([ctx["lock"]["archive"]] if ctx["lock"]["archive"] else [])])
     files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
     ctx["allocator"] = allocator(v, v.default_allocator)
+    family = v.os_spec.family
+    needing = [p for p in (v.backend_pins.image_packages if v.backend_pins else []) if p.os_packages.get(family)]
+    ctx["image_os"] = {"needed_by": [p.requirement for p in needing],
+                       "packages": sorted({o for p in needing for o in p.os_packages[family]})}
     pins = ctx["pins"]
     builds = []
     if source is not None and v.backend == "vllm":
         # vLLM with VLLM_TARGET_DEVICE=empty (no CUDA): PyPI's vllm wheel is the CUDA build (compat.md, VA)
-        builds.append(source_build(ctx, build_key(v), source, f"vLLM {pins['vllm']} from its sdist",
+        builds.append(source_build(inputs, build_key(v), source, f"vLLM {pins['vllm']} from its sdist",
                                    env=["VLLM_TARGET_DEVICE=empty"]))
     elif source is not None:
         # SGLang from its source tree with its NPU project file (SG), not PyPI's CUDA wheel; a tag archive has no
@@ -240,13 +236,13 @@ def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
         # setuptools-scm and wheel only, so none of the compiled modules of PyPI's CUDA wheels (cp311 since 0.5.11:
         # sglang/srt/{grpc,multimodal,server}/_core) is built (tests/fixtures/fake_sglang_tag); so it is built
         # natively, not under emulation, and a wheel that is not py3-none-any would stop the build
-        builds.append(source_build(ctx, build_key(v), source, f"SGLang {pins['sglang']} from its source tree",
+        builds.append(source_build(inputs, build_key(v), source, f"SGLang {pins['sglang']} from its source tree",
                                    subdir=ctx["lock"]["subdir"] or ".", project_file=pins.get("project_file") or "",
                                    version=pins["sglang"], native=True))
     zips = []
     if v.backend == "sglang":
         resolved = sources.artifacts.resolve(f"sglang {v.release_name}", sglang_wanted(v))
-        ctx["artifacts"] = {k: {**download(ctx, a), "kind": k} for k, a in resolved.items()}
+        ctx["artifacts"] = {k: {**inputs.download(a), "kind": k} for k, a in resolved.items()}
         record_downloads(stage, ctx, resolved.values())
         zips = [a for k, a in resolved.items() if k == "kernel_release"]  # a release zip of wheels
     kernel = None
@@ -254,10 +250,10 @@ def backend_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
         tree = ctx["artifacts"]["kernel_source"]
         kernel = {"what": f"sgl-kernel-npu {pins['sgl_kernel_npu']['tag']} from source (build.sh)",
                   "spec": f"{tree['url']}#${{{tree['arg']}}}", "file": tree["file"],
-                  "script": f"SOC_VERSION={v.device_spec.soc_version} bash build.sh"}
-    packages_context(stage, sources, ctx, files, builds, wheels.values(), zips, kernel)
+                  "script": f"SOC_VERSION={v.device_spec.soc_version} bash build.sh", "args": []}
+    packages_context(stage, sources, ctx, files, inputs, builds, wheels.values(), zips, kernel)
     if source is not None and source.url == store_url(source.sha256):  # PyPI's sdist, served from the wheel store
-        ctx["packages"]["wanted"].append(f"{v.backend}=={pins[v.backend]} --hash=sha256:{source.sha256}")
+        inputs.want([f"{v.backend}=={pins[v.backend]} --hash=sha256:{source.sha256}"])
 
 
 def _backend_source(stage: Stage, sources: Sources) -> tuple[dict[str, Any], Artifact | None]:
@@ -288,28 +284,27 @@ def _backend_source(stage: Stage, sources: Sources) -> tuple[dict[str, Any], Art
         (sdist,) = sources.artifacts.resolve(f"{v.backend} {v.release_name}: source tree", [wanted]).values()
         archive = sdist
     return ({"archive": archive, "subdir": lock.source_subdir, "overrides": list(lock.overrides),
-             "no_deps": [f"{f.name}=={f.version}" for f in lock.off_pypi], "missing": "",
-             "source_sha256": sdist.sha256 if wanted.on_pypi else ""}, sdist)
+             "no_deps": [f"{f.name}=={f.version}" for f in lock.off_pypi], "missing": ""}, sdist)
 
 
 # --- framework -------------------------------------------------------------------------------------------------------
-def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
-                      files: dict[str, bytes]) -> None:
+def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                      inputs: StageInputs) -> None:
     v, pins = stage.variant, stage.variant.framework_pins
     assert pins is not None
-    baked, own = stage_defaults(v, stage.kind, below_kind(stage), stage.locks)
+    baked, own = stage_defaults(v, stage_env(stage), below_env(stage), stage.locks)
     ctx["defaults"] = env_items(own)
     ctx["framework"] = {"name": v.framework, "version": pins.version,
                         "description": v.matrix.spec.frameworks[v.framework].description}
     files["etc/env.json"] = as_json(env_document(v, v.matrix.spec.defaults.profile, baked))
     resolved = sources.artifacts.resolve(f"{v.framework} {v.release_name}: tag archives", framework_wanted(v))
     # the archives go in --no-deps as upstream installs them: their own requirements are the framework's listed ones
-    builds = [source_build(ctx, build_key(v), a, f"{spec.name} {spec.version} from its tag archive",
+    builds = [source_build(inputs, build_key(v), a, f"{spec.name} {spec.version} from its tag archive",
                            version=spec.version) for spec, a in zip(pins.archives, resolved.values(), strict=True)]
     record_downloads(stage, ctx, resolved.values())
     files["pip-check"] = (IMAGES_DIR / "common" / "backend" / "pip-check").read_bytes()
     ctx["lock"] = {"missing": ""}
-    packages_context(stage, sources, ctx, files, builds)
+    packages_context(stage, sources, ctx, files, inputs, builds)
     try:
         backend_lock, lock = stage.lock("backend"), stage.lock("framework")
         ctx["lock"] |= {"overrides": [*backend_lock.overrides, *lock.overrides],
@@ -322,10 +317,10 @@ def framework_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
 
 
 # --- overlay ---------------------------------------------------------------------------------------------------------
-def overlay_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
-                    files: dict[str, bytes]) -> None:
+def overlay_context(stage: Stage, sources: Sources, ctx: dict[str, Any], files: dict[str, bytes],
+                    inputs: StageInputs) -> None:
     v = stage.variant
-    full = shipped_env(v, stage.kind, stage.locks)
+    full = shipped_env(v, stage_env(stage), stage.locks)
     own = ("profile:", "user", *(("allocator:",) if v.allocator is not None else ()))
     ctx["env"] = env_items({k: e for k, e in full.items() if e.layer.startswith(own)})
     if v.allocator is not None:
@@ -334,9 +329,17 @@ def overlay_context(stage: Stage, sources: Sources, ctx: dict[str, Any],
 
 
 # --- shared ----------------------------------------------------------------------------------------------------------
-def below_kind(stage: Stage) -> str | None:
-    """The kind of the image a stage is built on, where it is one of ours: what its tuned environment has already."""
-    return stage.parent.kind if stage.parent is not None else None
+def stage_env(stage: Stage) -> KindEnv:
+    """What a stage's image ships and bakes of the tuned environment: its kind's column (the plan sets it)."""
+    if stage.env is None:
+        raise ValueError(f"stage {stage.tag} was made without its kind's environment column (stages/kinds.py)")
+    return stage.env
+
+
+def below_env(stage: Stage) -> KindEnv | None:
+    """The column of the image a stage is built on, where it is one of ours: what its tuned environment has
+    already."""
+    return stage_env(stage.parent) if stage.parent is not None else None
 
 
 def record_downloads(stage: Stage, ctx: dict[str, Any], artifacts: Iterable[Any]) -> None:

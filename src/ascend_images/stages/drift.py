@@ -85,11 +85,11 @@ def render_all(matrix: Matrix) -> Files:
     epoch = matrix.source_date_epoch
     with tempfile.TemporaryDirectory(prefix="ascend-rendered-") as tmp:
         rendered = render_plan(plan, committed_sources(matrix), Path(tmp), HEADER)
-        dockerfiles = {slug: stage.dockerfile for slug, stage in rendered.items()}
+        records = {slug: stage.record for slug, stage in rendered.items()}
         for path in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
             out[path.relative_to(tmp).as_posix()] = (path.read_bytes(), stat.S_IMODE(path.stat().st_mode))
     created = dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    bake = bake_file(plan, dockerfiles, epoch, created, matrix.spec.os[INSTALLER_OS].image, ci_groups(matrix, plan))
+    bake = bake_file(plan, records, epoch, created, matrix.spec.os[INSTALLER_OS].image, ci_groups(matrix, plan))
     out[BAKE_FILE] = ((json.dumps(bake, indent=2) + "\n").encode(), 0o644)
     return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from packaging.utils import canonicalize_name
 
@@ -29,10 +30,17 @@ from ascend_images.matrix.envs import (
 from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import EnvSpec
 
-# the lock layer a stage kind's image has installed up to (the cann stages ship the base layer's CANN Python deps)
-KIND_LAYER = {"base": "base", "cann-install": "base", "cann": "base", "torch": "torch", "vllm": "backend",
-              "sglang": "backend", "framework": "framework", "overlay": "framework"}
-NO_TUNED_ENV = ("base", "cann-install")  # kinds that bake none of the tuned layers (the cann stage is the first)
+
+@dataclass(frozen=True)
+class KindEnv:
+    """A stage kind's column of the kind table (stages/kinds.py) for its environment: the lock layer its image has
+    installed up to (what may read a variable there), and which of the tuned layers it bakes: none, the common and
+    device ones (cann and torch), the backend's too, the framework's too, or all (an overlay: the profile, the
+    allocator and a user's --env besides)."""
+
+    ships: str  # a layer of inputs.lockspec.LAYERS
+    bakes: Literal["none", "base", "backend", "framework", "all"]
+    cann: bool = True  # its image has CANN (the base stage's has not)
 
 
 @dataclass(frozen=True)
@@ -55,11 +63,11 @@ class Shipped:
         return self.packages.get(canonicalize_name(reader["package"])) if "package" in reader else None
 
 
-def shipped(v: Variant, kind: str, locks: VariantLocks | None = None) -> Shipped:
-    """What a stage of `kind` in the variant's chain ships: its locks' packages up to that kind's layer. `locks`: the
-    variant's, loaded with its plan (else read here)."""
+def shipped(v: Variant, env: KindEnv, locks: VariantLocks | None = None) -> Shipped:
+    """What a stage of a kind (`env`, its row's column) in the variant's chain ships: its locks' packages up to its
+    layer. `locks`: the variant's, loaded with its plan (else read here)."""
     locks = locks if locks is not None else variant_locks(v)
-    top = LAYERS.index(KIND_LAYER.get(kind, LAYERS[-1]))  # a kind of its own (register_kind): all of them
+    top = LAYERS.index(env.ships)
     layers = [layer for layer in variant_layers(v) if LAYERS.index(layer) <= top]
     packages: dict[str, str] = {}
     unlocked: list[str] = []
@@ -75,7 +83,7 @@ def shipped(v: Variant, kind: str, locks: VariantLocks | None = None) -> Shipped
         if source and "==" in source[0]:
             name, version = source[0].split("==", 1)
             packages[canonicalize_name(name)] = version
-    return Shipped(packages, cann=kind not in ("base",), unlocked=tuple(unlocked))
+    return Shipped(packages, cann=env.cann, unlocked=tuple(unlocked))
 
 
 def matrix_pins(v: Variant, layer: str) -> dict[str, str]:
@@ -91,33 +99,33 @@ def matrix_pins(v: Variant, layer: str) -> dict[str, str]:
     return {}
 
 
-def shipped_env(v: Variant, kind: str, locks: VariantLocks | None = None) -> dict[str, EnvValue]:
-    """The tuned environment an image of `kind` in the variant's chain carries: the layers its kind bakes, each
-    variable only where that image reads it."""
-    if kind in NO_TUNED_ENV:
+def shipped_env(v: Variant, env: KindEnv, locks: VariantLocks | None = None) -> dict[str, EnvValue]:
+    """The tuned environment an image of a kind (`env`) in the variant's chain carries: the layers its kind bakes,
+    each variable only where that image reads it."""
+    if env.bakes == "none":
         return {}
-    reads = shipped(v, kind, locks).reads
-    if kind == "overlay":
+    reads = shipped(v, env, locks).reads
+    if env.bakes == "all":
         return effective_env(v, reads=reads)
-    return baked_env(v, backend=kind in ("vllm", "sglang", "framework"), framework=kind == "framework", reads=reads)
+    return baked_env(v, backend=env.bakes in ("backend", "framework"), framework=env.bakes == "framework", reads=reads)
 
 
-def stage_defaults(v: Variant, kind: str, below: str | None,
+def stage_defaults(v: Variant, env: KindEnv, below: KindEnv | None,
                    locks: VariantLocks | None = None) -> tuple[dict[str, EnvValue], dict[str, EnvValue]]:
     """(the tuned environment of a stage's image, what its Dockerfile sets: what differs from the image below's,
-    `below` that image's kind, None for one we do not build). Readers only join going up a chain (a stage adds
+    `below` that image's kind's column, None for one we do not build). Readers only join going up a chain (a stage adds
     packages), so nothing baked below is unread above; were a lock to move a reader out of its range, the check of
     tests/image/test_env_readers.py names it (ENV cannot unset a variable)."""
     locks = locks if locks is not None else variant_locks(v)
-    baked = shipped_env(v, kind, locks)
+    baked = shipped_env(v, env, locks)
     under = shipped_env(v, below, locks) if below else {}
     return baked, {k: e for k, e in baked.items() if k not in under or under[k].value != e.value}
 
 
-def image_env(v: Variant, kind: str) -> dict[str, EnvValue]:
-    """The tuned environment of the variant's image (of `kind`, its last: stages.kinds.image_kind), as `invoke env`
-    shows it."""
-    return shipped_env(v, kind)
+def image_env(v: Variant, env: KindEnv) -> dict[str, EnvValue]:
+    """The tuned environment of the variant's image (its last kind's column: stages.kinds.image_env_of), as `invoke
+    env` shows it."""
+    return shipped_env(v, env)
 
 
 @dataclass(frozen=True)
@@ -134,10 +142,10 @@ class Unread:
         return {"layer": self.layer, "value": self.value, "why": self.why, "instead": self.instead}
 
 
-def unread_env(v: Variant, kind: str) -> dict[str, Unread]:
+def unread_env(v: Variant, env: KindEnv) -> dict[str, Unread]:
     """What the references set for the variant that its image does not bake: a reader it does not ship, or not at a
     version that reads it (out of range), or a variable the matrix drops (matrix.yaml env.dropped)."""
-    have = shipped(v, kind)
+    have = shipped(v, env)
     baked = effective_env(v, user=False, reads=have.reads)  # the image's, but for a user's --env
     out: dict[str, Unread] = {}
     for name, e in effective_env(v, user=False).items():
@@ -170,7 +178,7 @@ def read_anywhere(matrix_env: EnvSpec) -> dict[str, Reader]:
     return {name: entry_reader(e) for table in env_tables(matrix_env) for name, e in table.items()}
 
 
-def user_env_warnings(names: list[str], v: Variant | None, kind: str | None, matrix_env: EnvSpec,
+def user_env_warnings(names: list[str], v: Variant | None, env: KindEnv | None, matrix_env: EnvSpec,
                       image: str) -> list[str]:
     """One line for each name of a user's --env that nothing in `image` reads as far as matrix.yaml knows: one the
     image does not read (a reader it does not ship, a version out of range, a dropped variable), or one a character
@@ -178,9 +186,9 @@ def user_env_warnings(names: list[str], v: Variant | None, kind: str | None, mat
     passes in silence: that nothing reads it cannot be known here. `v` None: an image the matrix did not select
     (run --image), checked against every variable of the matrix."""
     anywhere = read_anywhere(matrix_env)
-    if v is not None and kind is not None:
-        read = effective_env(v, user=False, reads=shipped(v, kind).reads)  # what it reads, the user's own aside
-        known, unread = {n: e.reader_dict for n, e in read.items()}, unread_env(v, kind)
+    if v is not None and env is not None:
+        read = effective_env(v, user=False, reads=shipped(v, env).reads)  # what it reads, the user's own aside
+        known, unread = {n: e.reader_dict for n, e in read.items()}, unread_env(v, env)
     else:
         known, unread = anywhere, {}
     out = []

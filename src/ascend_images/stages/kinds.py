@@ -28,11 +28,13 @@ from ascend_images.matrix.model import Variant
 from ascend_images.matrix.schema import SglangPins, VllmPins
 from ascend_images.stages import contexts as ctxs
 from ascend_images.stages.contexts import DOWNLOADS_LABEL, LABEL_PREFIX, PARENT_LABEL, TEST_DOUBLE_LABEL
+from ascend_images.stages.envreaders import KindEnv
+from ascend_images.stages.record import StageInputs
 from ascend_images.stages.stage import Stage
 
 __all__ = ["DOWNLOADS_LABEL", "KINDS", "LABEL_PREFIX", "PARENT_LABEL", "TEST_DOUBLE_LABEL", "StageKind"]
-# a kind's part of the build context: (stage, sources, template variables, extra files) -> None
-ContextPart = Callable[["Stage", Sources, dict[str, Any], dict[str, bytes]], None]
+# a kind's part of the build context: (stage, sources, template variables, extra files, what its build is given) -> None
+ContextPart = Callable[["Stage", Sources, dict[str, Any], dict[str, bytes], StageInputs], None]
 
 
 # What a stage's tag says after its leading version (names.py spells it out):
@@ -42,6 +44,7 @@ TagScope = Literal["os", "device", "release", "over"]
 # Inputs that may be test doubles: "cann" (--cann-dir with the marker), "artifacts" (--artifacts-dir with it),
 # "off-pypi" (a wheel the lock takes from a vendor index, served from such an --artifacts-dir)
 DoubleInput = Literal["cann", "artifacts", "off-pypi"]
+OWN_KIND_ENV = KindEnv("framework", "base")  # a kind of its own (register_kind) ships every layer
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,9 @@ class StageKind:
     doubles_below: Callable[[Variant], str] | None = None
     # the lock layer (inputs/lockspec.LAYERS) whose packages this kind installs; None: no Python package
     lock_layer: str | None = None
+    # what its image ships that may read a tuned variable, and which tuned layers it bakes (DESIGN 26); a kind of its
+    # own (register_kind) ships every layer and bakes the common and device ones
+    env: KindEnv = OWN_KIND_ENV
 
     def repo_for(self, v: Variant) -> str:
         return self.repo_of(v) if self.repo_of else self.repo
@@ -100,6 +106,11 @@ def top_kind(v: Variant) -> str:
 def image_kind(v: Variant) -> str:
     """The kind of a variant's image: the last kind of its chain."""
     return [k.name for k in KINDS.values() if k.applies(v)][-1]
+
+
+def image_env_of(v: Variant) -> KindEnv:
+    """The environment column of a variant's image's kind (stages.envreaders takes it)."""
+    return KINDS[image_kind(v)].env
 
 
 def stage_version(kind: str, v: Variant) -> str:
@@ -213,40 +224,43 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
                         "the ascend-images entrypoint",
               ctxs.base_context, repo="base", tag_scope="os",
               version=lambda v: f"{v.os}-py{v.python_version}",
-              on_official_image=False, missing_parent_hint=_os_image_hint, lock_layer="base"),
+              on_official_image=False, missing_parent_hint=_os_image_hint, lock_layer="base",
+              env=KindEnv("base", "none", cann=False)),
     StageKind("cann-install", lambda v: True, _cann_install_labels,
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} installed, environment not yet baked",
               ctxs.cann_install_context, repo="cann-install", tag_scope="device",
               version=lambda v: v.cann_version.tag, label_version=lambda v: v.release.cann,
-              doubles=(("cann", "cann"),)),
+              doubles=(("cann", "cann"),), env=KindEnv("base", "none")),
     StageKind("cann", lambda v: True, lambda s: {},
               lambda s: f"CANN {s.variant.release.cann} for {s.variant.device} with its environment baked into ENV",
               ctxs.cann_context, repo="cann", tag_scope="device", version=lambda v: v.cann_version.tag,
-              label_version=lambda v: v.release.cann, doubles=(("cann", "cann"),)),
+              label_version=lambda v: v.release.cann, doubles=(("cann", "cann"),), env=KindEnv("base", "base")),
     StageKind("torch", lambda v: True, _torch_labels,
               lambda s: f"torch {s.variant.torch} + torch_npu {s.variant.torch_npu} on CANN {s.variant.release.cann} "
                         f"for {s.variant.device}",
               ctxs.torch_context, repo="torch-npu", tag_scope="release", version=lambda v: v.torch_npu,
-              doubles=(("cann", "cann"),), lock_layer="torch"),
+              doubles=(("cann", "cann"),), lock_layer="torch", env=KindEnv("torch", "base")),
     StageKind("vllm", lambda v: v.backend == "vllm", _vllm_labels,
               lambda s: f"vLLM-Ascend on CANN {s.variant.release.cann} for {s.variant.device}",
               ctxs.backend_context, repo="vllm-ascend", tag_scope="release", version=_vllm_version,
-              doubles=(("cann", "cann"), ("off-pypi", "off-pypi-wheels")), lock_layer="backend"),
+              doubles=(("cann", "cann"), ("off-pypi", "off-pypi-wheels")), lock_layer="backend",
+              env=KindEnv("backend", "backend")),
     StageKind("sglang", lambda v: v.backend == "sglang", _sglang_labels,
               lambda s: f"SGLang on CANN {s.variant.release.cann} for {s.variant.device}",
               ctxs.backend_context, repo="sglang", tag_scope="release", version=_sglang_version,
               doubles=(("cann", "cann"), ("artifacts", "sgl-kernel-npu"), ("off-pypi", "off-pypi-wheels")),
-              lock_layer="backend"),
+              lock_layer="backend", env=KindEnv("backend", "backend")),
     StageKind("framework", lambda v: v.framework != "none", _framework_labels,
               lambda s: f"{s.variant.framework} over {s.variant.backend} on CANN {s.variant.release.cann} for "
                         f"{s.variant.device}",
               ctxs.framework_context, repo="framework", tag_scope="release", version=_framework_version,
               doubles=(("artifacts", "framework-archives"),),
-              repo_of=lambda v: v.framework, doubles_below=lambda v: v.backend, lock_layer="framework"),
+              repo_of=lambda v: v.framework, doubles_below=lambda v: v.backend, lock_layer="framework",
+              env=KindEnv("framework", "framework")),
     StageKind("overlay", lambda v: bool(overlay_suffix(v)), _overlay_labels,
               lambda s: f"{s.parent_ref.rsplit('/', 1)[-1]} with profile {s.variant.profile}"
                         + (f" and allocator {s.variant.allocator}" if s.variant.allocator is not None else ""),
-              ctxs.overlay_context, repo="", tag_scope="over"),
+              ctxs.overlay_context, repo="", tag_scope="over", env=KindEnv("framework", "all")),
 )}
 
 

@@ -59,7 +59,8 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
         if stage is None:
             if v not in locks:
                 locks[v] = variant_locks(v)
-            stage = Stage(kind, tag, v, parent, external, lock_layer=KINDS[kind].lock_layer, locks=locks[v])
+            stage = Stage(kind, tag, v, parent, external, lock_layer=KINDS[kind].lock_layer, env=KINDS[kind].env,
+                          locks=locks[v])
             stages[tag] = stage
         stage.users.append(v)
         return stage
@@ -84,11 +85,11 @@ def make_plan(variants: list[Variant], options: PlanOptions) -> BuildPlan:
 
 def overlay_plan(v: Variant, options: PlanOptions, parent_doubles: tuple[str, ...] = ()) -> BuildPlan:
     """The overlay of `v` alone, FROM the image below it as an image already built (whose test-double label is
-    `parent_doubles`): the same stage, context and content key a whole plan gives it, so that `invoke build` later
-    reuses what this builds."""
+    `parent_doubles`): the same stage and context a whole plan gives it (so the same BuildKit cache keys), so that
+    `invoke build` later reuses what this builds."""
     if not overlay_suffix(v):
         raise ValueError(f"{v.name} has no overlay (no --env, non-default --profile or --allocator)")
     stage = Stage("overlay", stage_tag("overlay", v, options.namespace), v, None,
                   external_parent=stage_tag(top_kind(v), v, options.namespace), users=[v],
-                  parent_doubles=parent_doubles)
+                  parent_doubles=parent_doubles, env=KINDS["overlay"].env)
     return BuildPlan([stage], {v: stage}, options)

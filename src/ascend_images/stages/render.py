@@ -20,6 +20,7 @@ from ascend_images.checkout import IMAGES_DIR
 from ascend_images.inputs.sources import INPUTS_DIR, Sources
 from ascend_images.stages.contexts import DOWNLOADS_LABEL, INSTALLER_FILES, INSTALLER_OS
 from ascend_images.stages.kinds import KINDS, image_labels, stage_doubles
+from ascend_images.stages.record import NAMED_CONTEXTS, SECRETS, StageInputs, StageRecord
 from ascend_images.stages.stage import Stage
 
 
@@ -33,10 +34,8 @@ def dockerfile_value(value: str, expands: bool = False) -> str:
 
 
 # Where a RUN step finds the build's inputs (DESIGN 5, 23): each named build context bind-mounted read-only under
-# INPUTS_DIR; the secrets (an extra CA bundle, the pip config, a netrc, the OS mirror) as secret mounts, which reach no
-# layer, history or cache key; the wheels compiled on the target kept in a cache mount between builds
-SECRETS = ("ca", "pip-conf", "netrc", "os-mirror")
-NAMED_CONTEXTS = ("wheels", "cann", "artifacts")
+# INPUTS_DIR; the secrets as secret mounts (record.py names both); the wheels compiled on the target kept in a cache
+# mount between builds
 BUILT_WHEELS_CACHE = "--mount=type=cache,id=ascend-images-built-wheels,target=/var/cache/ascend-images/built-wheels"
 
 
@@ -109,9 +108,9 @@ class Renderer:
     def __init__(self, images_dir: Path = IMAGES_DIR):
         self.images_dir = images_dir
 
-    def context(self, stage: Stage, sources: Sources) -> tuple[dict[str, Any], dict[str, bytes]]:
-        """The template variables and the extra files of a stage's context: what every stage has, then its
-        kind's part (stages.kinds.KINDS)."""
+    def record(self, stage: Stage, sources: Sources) -> StageRecord:
+        """What rendering the stage gives its build (record.py): the template variables and the extra files of its
+        context, what every stage has and then its kind's part (stages.kinds.KINDS), and what its build is given."""
         v = stage.variant
         kind = KINDS[stage.kind]
         os_spec = v.os_spec
@@ -145,13 +144,17 @@ class Renderer:
             "defaults": [],
             "user_env": bool(v.user_env),
             "allocator": None,
-            "download_args": {},
+            "image_os": {"needed_by": [], "packages": []},
         }
         files: dict[str, bytes] = {}
         if stage.starts_chain:
             files.update(self._rootfs())
-        kind.context(stage, sources, ctx, files)
-        return ctx, files
+        inputs = StageInputs()
+        kind.context(stage, sources, ctx, files, inputs)
+        labels = ctx.pop("labels")
+        # the native stages (the kinds that install a lock) start FROM INSTALLER_BASE, a build arg of their own
+        base = ctx["installer"]["base"] if stage.lock_layer is not None else None
+        return inputs.freeze(stage.slug, ctx, files, base, labels)
 
     def _rootfs(self) -> dict[str, bytes]:
         root = self.images_dir / "common" / "rootfs"
@@ -161,13 +164,13 @@ class Renderer:
             if p.is_file()
         }
 
-    def render_text(self, stage: Stage, ctx: dict[str, Any]) -> str:
+    def render_text(self, stage: Stage, record: StageRecord) -> str:
+        """The stage's Dockerfile, rendered from its record."""
         env = _environment(stage.variant.device, self.images_dir)
         name = _template_name(stage.kind, stage.variant.device, self.images_dir)
-        return env.get_template(name).render(**ctx)
+        return env.get_template(name).render(**record.variables())
 
-    def write(self, stage: Stage, out_dir: Path, ctx: dict[str, Any], files: dict[str, bytes],
-              dockerfile: str | None = None) -> Path:
+    def write(self, stage: Stage, out_dir: Path, record: StageRecord, dockerfile: str | None = None) -> Path:
         """Write the context to out_dir/<slug>; atomic: a temp dir renamed into place. `dockerfile` is the
         already rendered text, when the caller rendered it first. The files keep the time they were written at:
         BuildKit sends a context's file again only when its size or time changed (moby/buildkit#2592, #4817), so
@@ -176,11 +179,11 @@ class Renderer:
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / stage.slug
         if dockerfile is None:
-            dockerfile = self.render_text(stage, ctx)
+            dockerfile = self.render_text(stage, record)
         tmp = Path(tempfile.mkdtemp(prefix=f".{stage.slug}.", dir=out_dir))
         try:
             (tmp / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-            for rel, data in files.items():
+            for rel, data in record.files.items():
                 path = tmp / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)

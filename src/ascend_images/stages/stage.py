@@ -9,6 +9,7 @@ from ascend_images import DEFAULT_NAMESPACE
 from ascend_images.inputs.lockfile import Lock
 from ascend_images.inputs.lockspec import VariantLocks, variant_locks
 from ascend_images.matrix.model import Variant
+from ascend_images.stages.envreaders import KindEnv
 
 
 @dataclass(eq=False)
@@ -23,6 +24,7 @@ class Stage:
     # test-double label, which this stage repeats (the sources that made it are not known here)
     parent_doubles: tuple[str, ...] | None = None
     lock_layer: str | None = None  # the lock layer it installs (its kind's row says which), None for none
+    env: KindEnv | None = None  # what its image ships and bakes of the tuned environment (its kind's row)
     # its variant's locks, loaded with the plan (one load for every stage of a variant); a stage made on its own
     # loads them itself
     locks: VariantLocks | None = None
