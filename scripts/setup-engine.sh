@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The Docker engine the builds need (issue 52): dockerd >= 26 (BuildKit >= 0.13) with the buildx plugin and the
-# containerd image store, without which the docker driver has no OCI image export (the builds' --output), no
-# registry cache export and no multi-platform builds. scripts/setup-host.sh calls it; it runs on its own too:
+# The Docker engine the builds need: dockerd >= 27 with the buildx plugin >= 0.17 and the containerd image store,
+# without which the docker driver has no OCI image export (the builds' --output), no registry cache export and no
+# multi-platform builds. scripts/setup-host.sh calls it; it runs on its own too:
 #
 #   bash scripts/setup-engine.sh                   packages when needed, daemon.json, dockerd started, the check
 #   bash scripts/setup-engine.sh --packages-only   the packages only: no daemon.json, no dockerd (e.g. in a container)
 #
 # The packages:
-#   - dockerd >= 26 with a buildx >= 0.13 already here (Docker CE, a CI runner's, ours): kept, nothing installed;
-#   - the archive's own docker.io >= 26 and docker-buildx >= 0.13 (Debian 13; Ubuntu 24.04's noble-updates): those;
-#   - Debian 12 (docker.io 20.10): trixie's docker.io, docker-cli, docker-buildx and containerd, pinned so that nothing
-#     else comes from trixie (docs/design.md, "The engine on Debian 12"); an older docker.io is upgraded;
+#   - dockerd >= 27 with a buildx >= 0.17 already here (Docker CE, a CI runner's, ours): kept, nothing installed;
+#   - Debian 12 and 13: Debian forky's docker.io, docker-cli, docker-buildx and containerd (the newest engine the
+#     Debian archive has), pinned so that nothing else comes from forky unless a package needs it and the host's own
+#     suite has none (tini-static on Debian 12); runc stays the host suite's, whose glibc it is built against;
+#   - another distribution whose archive has docker.io >= 27 and docker-buildx >= 0.17: those;
 #   - anything else: refused, naming what the archive offers.
+# Why forky, and why this floor: docs/design.md, "The engine".
 # An engine already running is never restarted silently: when it is older than the installed one or its containerd
 # image store is off, the script says what to do and fails, unless ASCEND_IMAGES_ENGINE_RESTART=1 lets it write
 # daemon.json and restart that dockerd itself. Safe to run again: on a ready host it changes nothing.
@@ -22,13 +24,19 @@ mkdir -p "$log_dir"
 step() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf 'setup-engine: %s\n' "$*" >&2; exit 1; }
 
-MIN_ENGINE=26
-MIN_BUILDX=0.13
-TRIXIE_PACKAGES=(docker.io docker-cli docker-buildx containerd)
+# the floor: the oldest engine whose BuildKit has what the build relies on (docs/design.md, "The engine"); the
+# Python side refuses anything older in one line too (src/ascend_images/builder/builders.py)
+MIN_ENGINE=27
+MIN_BUILDX=0.17
+ENGINE_SUITE=forky
+ENGINE_PACKAGES=(docker.io docker-cli docker-buildx containerd)
 daemon_json=${ASCEND_IMAGES_DAEMON_JSON:-/etc/docker/daemon.json}
 debian_mirror=${ASCEND_IMAGES_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-trixie_sources=/etc/apt/sources.list.d/ascend-images-trixie.sources
-trixie_pin=/etc/apt/preferences.d/ascend-images-trixie
+suite_sources=/etc/apt/sources.list.d/ascend-images-$ENGINE_SUITE.sources
+suite_pin=/etc/apt/preferences.d/ascend-images-$ENGINE_SUITE
+# what set-up wrote when it took the engine from trixie: replaced by forky's
+old_sources=/etc/apt/sources.list.d/ascend-images-trixie.sources
+old_pin=/etc/apt/preferences.d/ascend-images-trixie
 apt_log=$log_dir/apt-engine.log
 dockerd_log=$log_dir/dockerd.log
 
@@ -78,6 +86,9 @@ suite_version() {
 apt_update() {
   apt-get update -qq >>"$apt_log" 2>&1 || {
     tail -20 "$apt_log" >&2
+    if grep -q 'Release file for .* is expired' "$apt_log"; then
+      die "apt-get update failed: the mirror's Release file is past its Valid-Until (log $apt_log): a mirror frozen at a date serves an expired testing suite; point ASCEND_IMAGES_DEBIAN_MIRROR at a current mirror, or, if the frozen one is what this site trusts, set Acquire::Check-Valid-Until \"false\" for it in /etc/apt/apt.conf.d, then run again"
+    fi
     if grep -q 'NO_PUBKEY\|is not signed' "$apt_log"; then
       die "apt-get update failed: the archive keys do not verify it (log $apt_log): apt-get install debian-archive-keyring, then run again"
     fi
@@ -110,22 +121,23 @@ write_if_changed() {
   printf '%s\n' "$2" >"$1"
 }
 
-# Debian 12 takes its engine from trixie: the suite, and a pin below bookworm's 500, so that nothing is installed or
-# upgraded from trixie unless asked for by name (docker.io/trixie ...), and what is installed from it keeps its updates
-trixie_source_text="Types: deb
+# Debian 12 and 13 take the engine from forky: the suite, and a pin below the host's 500, so that nothing is installed
+# or upgraded from forky unless asked for by name (docker.io/forky ...) or needed by one of those and missing from the
+# host's suite; what is installed from it keeps its updates
+suite_source_text="Types: deb
 URIs: $debian_mirror
-Suites: trixie
+Suites: $ENGINE_SUITE
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
-trixie_pin_text="Package: *
-Pin: release n=trixie
+suite_pin_text="Package: *
+Pin: release n=$ENGINE_SUITE
 Pin-Priority: 100"
 
 # --- the packages ------------------------------------------------------------------------------------------------
 engine=$(dockerd_version)
 buildx=$(buildx_version)
-if [ -f "$trixie_sources" ] && write_if_changed "$trixie_pin" "$trixie_pin_text"; then
-  step "restored the trixie pin $trixie_pin (without it trixie would upgrade the whole host)"
+if [ -f "$suite_sources" ] && write_if_changed "$suite_pin" "$suite_pin_text"; then
+  step "restored the $ENGINE_SUITE pin $suite_pin (without it $ENGINE_SUITE would upgrade the whole host)"
 fi
 if [ -n "$engine" ] && version_ge "$engine" "$MIN_ENGINE" && [ -n "$buildx" ] && version_ge "$buildx" "$MIN_BUILDX"; then
   step "engine kept: dockerd $engine and buildx $buildx are here (>= $MIN_ENGINE and >= $MIN_BUILDX): nothing installed"
@@ -154,25 +166,27 @@ else
   stock_buildx=$(candidate docker-buildx)
   upgrade=""
   [ -z "$engine" ] || upgrade=" (upgrading this host's dockerd $engine, older than $MIN_ENGINE or without buildx)"
-  if [ -n "$stock_engine" ] && version_ge "$stock_engine" "$MIN_ENGINE" && [ -n "$stock_buildx" ] \
+  if [ "${ID:-}" = debian ] && { [ "${VERSION_CODENAME:-}" = bookworm ] || [ "${VERSION_CODENAME:-}" = trixie ]; }; then
+    if [ -f "$old_sources" ] || [ -f "$old_pin" ]; then
+      rm -f "$old_sources" "$old_pin"
+      step "removed trixie ($old_sources), which an earlier set-up added for its engine: forky's replaces it"
+    fi
+    write_if_changed "$suite_sources" "$suite_source_text" || true
+    write_if_changed "$suite_pin" "$suite_pin_text" || true
+    step "${PRETTY_NAME:-this host} has docker.io ${stock_engine:-none}: adding $ENGINE_SUITE ($suite_sources), pinned below the host's suite ($suite_pin)"
+    apt_update
+    suite_engine=$(suite_version docker.io "$ENGINE_SUITE")
+    [ -n "$suite_engine" ] || die "$ENGINE_SUITE offers no docker.io at $debian_mirror (log $apt_log): check ASCEND_IMAGES_DEBIAN_MIRROR, then run again"
+    step "apt-get install ${ENGINE_PACKAGES[*]/%//$ENGINE_SUITE}: $ENGINE_SUITE's docker.io $suite_engine, docker-buildx $(suite_version docker-buildx "$ENGINE_SUITE"), containerd $(suite_version containerd "$ENGINE_SUITE"); runc, libc6 and the rest $VERSION_CODENAME's$upgrade"
+    apt_install "${ENGINE_PACKAGES[@]/%//$ENGINE_SUITE}"
+  elif [ -n "$stock_engine" ] && version_ge "$stock_engine" "$MIN_ENGINE" && [ -n "$stock_buildx" ] \
       && version_ge "$stock_buildx" "$MIN_BUILDX"; then
     packages=(docker.io docker-buildx)
-    [ -z "$(candidate docker-cli)" ] || packages+=(docker-cli)  # Debian's own package of the CLI since 26.1.4
+    [ -z "$(candidate docker-cli)" ] || packages+=(docker-cli)  # the CLI's own package where the archive splits it
     step "apt-get install ${packages[*]}: ${PRETTY_NAME:-this host}'s docker.io $stock_engine, docker-buildx $stock_buildx$upgrade"
     apt_install "${packages[@]}"
-  elif [ "${ID:-}" = debian ] && [ "${VERSION_CODENAME:-}" = bookworm ]; then
-    write_if_changed "$trixie_sources" "$trixie_source_text" || true
-    write_if_changed "$trixie_pin" "$trixie_pin_text" || true
-    step "Debian 12 has docker.io ${stock_engine:-none}: adding trixie ($trixie_sources), pinned below bookworm ($trixie_pin)"
-    apt_update
-    trixie_engine=$(suite_version docker.io trixie)
-    [ -n "$trixie_engine" ] || die "trixie offers no docker.io at $debian_mirror (log $apt_log): check ASCEND_IMAGES_DEBIAN_MIRROR, then run again"
-    step "apt-get install ${TRIXIE_PACKAGES[*]/%//trixie}: trixie's docker.io $trixie_engine, docker-buildx $(suite_version docker-buildx trixie), containerd $(suite_version containerd trixie); everything else (libc6, runc, tini) bookworm's$upgrade"
-    apt_install "${TRIXIE_PACKAGES[@]/%//trixie}"
   else
-    hint=""
-    [ "${ID:-}" != ubuntu ] || hint=" (Ubuntu: docker.io >= 26 is in noble-updates, docker-buildx in universe: enable both)"
-    die "${PRETTY_NAME:-this host}'s archive offers docker.io ${stock_engine:-none} and docker-buildx ${stock_buildx:-none}, and the builds need dockerd >= $MIN_ENGINE with buildx >= $MIN_BUILDX$hint: install Docker Engine yourself (docs.docker.com/engine/install: docker-ce, docker-buildx-plugin), then run again"
+    die "${PRETTY_NAME:-this host}'s archive offers docker.io ${stock_engine:-none} and docker-buildx ${stock_buildx:-none}, and the builds need dockerd >= $MIN_ENGINE with buildx >= $MIN_BUILDX: install Docker Engine yourself (docs.docker.com/engine/install: docker-ce, docker-buildx-plugin), then run again"
   fi
   engine=$(dockerd_version)
   buildx=$(buildx_version)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a Debian/Ubuntu build host from nothing: debootstrap, arm64 emulation, the project and its test tools in a
-# venv of its own (scripts/setup-venv.sh), a Docker engine >= 26 with buildx and the containerd image store
+# venv of its own (scripts/setup-venv.sh), a Docker engine >= 27 with buildx and the containerd image store
 # (scripts/setup-engine.sh), and the local OS base images. Safe to run again: it skips what is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && [ "$(uname -m)" != aarch64 
   update-binfmts --enable qemu-aarch64
 fi
 
-# the engine: dockerd >= 26 with buildx and the containerd image store, installed, configured and started when it is
+# the engine: dockerd >= 27 with buildx and the containerd image store, installed, configured and started when it is
 # not (a running engine is restarted only with ASCEND_IMAGES_ENGINE_RESTART=1: the script says so and stops)
 bash scripts/setup-engine.sh
 

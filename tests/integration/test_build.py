@@ -278,7 +278,7 @@ def test_stale_lock_stops_the_build_before_any_stage(docker_client, tmp_path, fa
 
     matrix_copy(tmp_path, other_triton, locks=True)
     lines: list[str] = []
-    sel = Selection(matrix=str(tmp_path / "matrix.yaml"), device="a3", backend="vllm",
+    sel = Selection(matrix=str(tmp_path / "matrix.yaml"), device="a2", backend="vllm",
                         release="cann8.5.0-pt2.8.0", arch=TEST_ARCH)
     flags = SourceFlags(cann_source="local", cann_dir=str(fake_cann_dir))
     inputs = InputFlags(ca_bundle=str(build_secrets["ca"]))

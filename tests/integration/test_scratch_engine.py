@@ -54,7 +54,7 @@ def test_a_scratch_engine_starts_empty_apart_and_leaves_nothing(docker_client, o
         info = json.loads(engine.docker("info", "--format", "{{json .}}").stdout)
         assert info["DockerRootDir"] == str(engine.data_root)
         assert info["Images"] == 0 and info["Containers"] == 0, info
-        assert info["ID"] != docker_client.info()["ID"]  # build claims are per engine ID
+        assert info["ID"] != docker_client.info()["ID"]  # BuildKit keeps its state per engine ID
         assert "ascend" in info["Runtimes"], info["Runtimes"]
         assert engine.bridge in links() - before
         subnet = engine.docker("network", "inspect", "bridge", "--format",

@@ -7,11 +7,12 @@ The root is the native-arch debootstrap image the other tests use, run with the 
 copied in (this tree, as a fresh clone holds it). pip inside trusts the host's CA bundle: this machine reaches PyPI
 through a TLS proxy (the same bundle builds get).
 
-Issue 52: the same on a stock Debian 13 root (trixie's python3 is 3.13), and scripts/setup-engine.sh --packages-only,
-the engine part of set-up, in both roots and in a Debian 12 root holding the old engine an earlier set-up installed
-(bookworm's docker.io 20.10): dockerd >= 26 and buildx afterwards, nothing started, and on Debian 12 only trixie's
-four engine packages from trixie (libc6 and everything else bookworm's). What the script does to a running engine
-(daemon.json, a restart only when allowed) is tested against a fake engine: no dockerd runs in these containers."""
+The same on a stock Debian 13 root (trixie's python3 is 3.13), and scripts/setup-engine.sh --packages-only, the
+engine part of set-up, in both roots, in a Debian 12 root holding bookworm's own docker.io 20.10, and in one holding
+trixie's 26.1.5 as an earlier set-up installed it: dockerd >= 28 and buildx >= 0.20 afterwards, nothing started, and
+only forky's four engine packages from forky (libc6, runc and everything else the host suite's; on Debian 12 also
+tini-static, which docker.io needs and bookworm does not have). What the script does to a running engine (daemon.json,
+a restart only when allowed) is tested against a fake engine: no dockerd runs in these containers."""
 
 from __future__ import annotations
 
@@ -40,16 +41,26 @@ def checkout_tar() -> bytes:
     return buffer.getvalue()
 
 
+def host_apt_acquire() -> str:
+    """This host's apt settings for reaching its package mirror (whether a Release file's dates are checked: a mirror
+    frozen at a date serves testing suites past their Valid-Until), for a stock root to reach it as the host does."""
+    dumped = subprocess.run(["apt-config", "dump"], capture_output=True, text=True).stdout
+    return "".join(f"{line}\n" for line in dumped.splitlines()
+                   if line.startswith(("Acquire::Check-Valid-Until ", "Acquire::Check-Date ")))
+
+
 def stock_root(docker_client, image: str, packages: str = "python3"):
     """A container of the stock root `image` with Debian's `packages` added (no service started: there is no init
-    here), the checkout in /src/ascend-images."""
+    here), the checkout in /src/ascend-images, reaching the package mirror as this host does."""
     container = docker_client.containers.run(
         image, ["sleep", "infinity"], detach=True, network_mode="host", remove=True,
         volumes={str(HOST_CA): {"bind": "/host-ca.pem", "mode": "ro"}},
         environment={"PIP_CERT": "/host-ca.pem", "DEBIAN_FRONTEND": "noninteractive"})
     try:
+        acquire = host_apt_acquire().replace("'", "")
         installed = container.exec_run(["sh", "-c", f"""
             set -e
+            printf '%s' '{acquire}' >/etc/apt/apt.conf.d/99host-mirror
             printf '#!/bin/sh\\nexit 101\\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
             apt-get update -qq && apt-get install -y -qq {packages} >/dev/null
             rm /usr/sbin/policy-rc.d"""])
@@ -75,8 +86,32 @@ def trixie_root(docker_client, os_image_debian13_amd64):
 
 @pytest.fixture(scope="module")
 def old_engine_root(docker_client, os_image_amd64):
-    """A stock Debian 12 root with bookworm's docker.io 20.10, which scripts/setup-host.sh installed before issue 52."""
+    """A stock Debian 12 root with bookworm's own docker.io 20.10."""
     yield from stock_root(docker_client, os_image_amd64, "--no-install-recommends docker.io")
+
+
+# what scripts/setup-engine.sh wrote on Debian 12 when it took the engine from trixie (docker.io 26.1.5)
+TRIXIE_ENGINE = r"""
+set -e
+printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\n%s\n' \
+  'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' >/etc/apt/sources.list.d/ascend-images-trixie.sources
+printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' >/etc/apt/preferences.d/ascend-images-trixie
+printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends docker.io/trixie docker-cli/trixie docker-buildx/trixie \
+  containerd/trixie >/dev/null
+rm /usr/sbin/policy-rc.d
+"""
+
+
+@pytest.fixture(scope="module")
+def trixie_engine_root(docker_client, os_image_amd64):
+    """A stock Debian 12 root with trixie's docker.io 26.1.5, buildx 0.13 and containerd 1.7, as this project's
+    set-up installed them before its floor moved to Docker 27 (the engine CI machines of that time kept)."""
+    for container in stock_root(docker_client, os_image_amd64):
+        code, said = sh(container, TRIXIE_ENGINE)
+        assert code == 0, said[-3000:]
+        yield container
 
 
 def sh(container, script: str, workdir: str = "/src/ascend-images") -> tuple[int, str]:
@@ -144,8 +179,8 @@ def test_setup_runs_again_without_redoing_anything(root, request):
     assert "apt-get install" not in said and "-m venv" not in said
 
 
-# --- the engine (issue 52): scripts/setup-engine.sh --packages-only ------------------------------------------------
-TRIXIE_FOUR = {"docker.io", "docker-cli", "docker-buildx", "containerd"}
+# --- the engine: scripts/setup-engine.sh --packages-only ------------------------------------------------------------
+FORKY_FOUR = {"docker.io", "docker-cli", "docker-buildx", "containerd"}
 
 
 def installed_packages(container) -> dict[str, str]:
@@ -156,7 +191,7 @@ def installed_packages(container) -> dict[str, str]:
 
 
 def suites_of(container, versions: dict[str, str]) -> dict[str, set[str]]:
-    """For each package, the suites (bookworm, trixie...) whose archive offers its installed version."""
+    """For each package, the suites (bookworm, forky...) whose archive offers its installed version."""
     code, said = sh(container, "apt-cache madison " + " ".join(sorted(versions)))
     assert code == 0, said
     suites: dict[str, set[str]] = {name: set() for name in versions}
@@ -167,15 +202,23 @@ def suites_of(container, versions: dict[str, str]) -> dict[str, set[str]]:
     return suites
 
 
-def engine_versions(container) -> tuple[str, str]:
-    """dockerd's and buildx's versions, as the packages installed them (no engine runs)."""
+def engine_versions(container) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """dockerd's and buildx's (major, minor), as the packages installed them (no engine runs)."""
     code, said = sh(container, "dockerd --version")
     assert code == 0, said
-    engine = re.match(r"Docker version (\d+\.\d+)", said)
+    engine = re.match(r"Docker version (\d+)\.(\d+)", said)
     assert engine, said
     code, said = sh(container, "docker buildx version")
     assert code == 0 and said.startswith("github.com/docker/buildx "), said
-    return engine.group(1), said.split()[1]
+    buildx = re.match(r"v?(\d+)\.(\d+)", said.split()[1])
+    assert buildx, said
+    return tuple(map(int, engine.groups())), tuple(map(int, buildx.groups()))
+
+
+def assert_the_current_engine(container) -> None:
+    """What users run now: Docker >= 28 with buildx >= 0.20 (the issue's measure; the floor itself is 27 and 0.17)."""
+    engine, buildx = engine_versions(container)
+    assert engine >= (28, 0) and buildx >= (0, 20), (engine, buildx)
 
 
 def assert_nothing_started(container) -> None:
@@ -189,70 +232,92 @@ def changed(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
     return {name: version for name, version in after.items() if before.get(name) != version}
 
 
-def test_engine_packages_on_debian12_come_from_trixie_and_nothing_else(debian_root):
+def assert_from_forky_only_the_engine(container, new: dict[str, str], host_suite: str) -> None:
+    """Of what the install added or moved, forky gave the four engine packages and, beyond them, only what the
+    host's suite does not have at all; libc6 and runc stay the host suite's (forky's runc needs glibc 2.38)."""
+    suites = suites_of(container, new)
+    assert all(suites.values()), f"installed versions no suite offers: {suites}"
+    from_forky = {name for name, where in suites.items() if host_suite not in where}
+    assert from_forky >= FORKY_FOUR, f"from forky: {sorted(from_forky)}; all new: {new}"
+    for name in from_forky - FORKY_FOUR:
+        said = sh(container, f"apt-cache madison {name}")[1]
+        assert f" {host_suite}/" not in said, f"{name} came from forky, though {host_suite} has it: {said}"
+    installed = installed_packages(container)
+    for name in ("libc6", "runc"):
+        assert host_suite in suites_of(container, {name: installed[name]})[name], (name, installed[name])
+
+
+def test_engine_packages_on_debian12_come_from_forky_and_nothing_else(debian_root):
     before = installed_packages(debian_root)
     code, said = sh(debian_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
     assert code == 0, said[-3000:]
-    assert "Debian 12 has docker.io 20.10" in said and "engine packages ready: dockerd 26." in said, said
-    engine, buildx = engine_versions(debian_root)
-    assert tuple(map(int, engine.split("."))) >= (26, 0), engine
-    assert tuple(map(int, buildx.split(".")[:2])) >= (0, 13), buildx
+    assert "Debian GNU/Linux 12 (bookworm) has docker.io 20.10" in said and "adding forky" in said, said
+    assert "engine packages ready: dockerd 28." in said, said
+    assert_the_current_engine(debian_root)
     assert_nothing_started(debian_root)
     after = installed_packages(debian_root)
     new = changed(before, after)
     assert not {name for name in new if name in before}, f"upgraded: {new}"  # a stock root: nothing upgraded
-    suites = suites_of(debian_root, new)
-    assert all(suites.values()), f"installed versions no suite offers: {suites}"
-    from_trixie = {name for name, where in suites.items() if "bookworm" not in where}
-    assert from_trixie == TRIXIE_FOUR, f"from trixie: {sorted(from_trixie)}; all new: {new}"
-    # libc stays bookworm's (trixie's packages need >= 2.34; bookworm has 2.36)
+    assert_from_forky_only_the_engine(debian_root, new, "bookworm")
+    # libc stays bookworm's (forky's engine needs >= 2.34; bookworm has 2.36)
     code, said = sh(debian_root, "apt-cache policy libc6")
     assert re.search(r"Installed: 2\.36-", said) and after["libc6"] == before["libc6"], said
-    assert "bookworm" in suites_of(debian_root, {"libc6": after["libc6"]})["libc6"], said
 
 
 def test_engine_packages_on_debian12_again_install_nothing(debian_root):
     before = installed_packages(debian_root)
     code, said = sh(debian_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
     assert code == 0, said[-3000:]
-    assert "engine kept: dockerd 26." in said and "apt-get" not in said, said
+    assert "engine kept: dockerd 28." in said and "apt-get" not in said, said
     assert installed_packages(debian_root) == before
 
 
-def test_engine_packages_on_debian12_upgrade_the_old_engine(old_engine_root):
-    """Bookworm's docker.io 20.10 (what set-up installed before) is upgraded to trixie's, saying so; its
-    containerd with it, and the CLI and buildx added: still only those four from trixie."""
+def test_engine_packages_on_debian12_upgrade_its_own_old_engine(old_engine_root):
+    """Bookworm's docker.io 20.10 is upgraded to forky's, saying so; its containerd with it, and the CLI and buildx
+    added."""
     code, said = sh(old_engine_root, "dockerd --version")
     assert said.startswith("Docker version 20.10."), said
     before = installed_packages(old_engine_root)
     code, said = sh(old_engine_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
     assert code == 0, said[-3000:]
     assert "upgrading this host's dockerd 20.10." in said, said
-    engine, _ = engine_versions(old_engine_root)
-    assert tuple(map(int, engine.split("."))) >= (26, 0), engine
+    assert_the_current_engine(old_engine_root)
     assert_nothing_started(old_engine_root)
     after = installed_packages(old_engine_root)
     new = changed(before, after)
     assert {name for name in new if name in before} == {"docker.io", "containerd"}, new
-    suites = suites_of(old_engine_root, new)
-    assert {name for name, where in suites.items() if "bookworm" not in where} == TRIXIE_FOUR, suites
+    assert_from_forky_only_the_engine(old_engine_root, new, "bookworm")
     assert after["libc6"] == before["libc6"]
 
 
-def test_engine_packages_on_debian13_are_its_own(trixie_root):
+def test_engine_packages_replace_the_trixie_engine_an_earlier_setup_installed(trixie_engine_root):
+    """Below the floor now (26.1.5, BuildKit 0.13): upgraded to forky's, and the trixie source and pin the earlier
+    set-up wrote are gone, so nothing more comes from trixie."""
+    assert sh(trixie_engine_root, "dockerd --version")[1].startswith("Docker version 26.1."), "not trixie's engine"
+    before = installed_packages(trixie_engine_root)
+    code, said = sh(trixie_engine_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
+    assert code == 0, said[-3000:]
+    assert "upgrading this host's dockerd 26.1.5" in said and "removed trixie" in said, said
+    assert_the_current_engine(trixie_engine_root)
+    assert_nothing_started(trixie_engine_root)
+    assert sh(trixie_engine_root, "ls /etc/apt/sources.list.d/ascend-images-trixie.sources "
+                                  "/etc/apt/preferences.d/ascend-images-trixie")[0] != 0
+    after = installed_packages(trixie_engine_root)
+    assert set(changed(before, after)) >= FORKY_FOUR, changed(before, after)
+    assert_from_forky_only_the_engine(trixie_engine_root, changed(before, after), "bookworm")
+
+
+def test_engine_packages_on_debian13_come_from_forky_too(trixie_root):
+    """Trixie's own docker.io is 26.1.5, below the floor: forky's, pinned, as on Debian 12."""
     before = installed_packages(trixie_root)
     code, said = sh(trixie_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
     assert code == 0, said[-3000:]
-    assert "Debian GNU/Linux 13 (trixie)'s docker.io 26." in said, said
-    engine, buildx = engine_versions(trixie_root)
-    assert tuple(map(int, engine.split("."))) >= (26, 0), engine
-    assert tuple(map(int, buildx.split(".")[:2])) >= (0, 13), buildx
+    assert "Debian GNU/Linux 13 (trixie) has docker.io 26." in said and "adding forky" in said, said
+    assert_the_current_engine(trixie_root)
     assert_nothing_started(trixie_root)
     new = changed(before, installed_packages(trixie_root))
-    assert {"docker.io", "docker-cli", "docker-buildx"} <= set(new), new
     assert not {name for name in new if name in before}, f"upgraded: {new}"
-    # trixie's own archive: no second suite, no pin
-    assert sh(trixie_root, "ls /etc/apt/sources.list.d/ascend-images-trixie.sources")[0] != 0
+    assert_from_forky_only_the_engine(trixie_root, new, "trixie")
 
 
 # --- a running engine, faked: what the script writes, starts and restarts ------------------------------------------
@@ -263,10 +328,10 @@ cp "$(command -v sleep)" /fake/proc/dockerd  # the fake daemon's process: `pidof
 cat >/fake/bin/dockerd <<'SH'
 #!/bin/bash
 # a fake dockerd: --version answers; otherwise it "starts" with the image store daemon.json asks for
-if [ "$1" = --version ]; then echo "Docker version 26.1.5+fake, build fake"; exit 0; fi
+if [ "$1" = --version ]; then echo "Docker version 28.5.2+fake, build fake"; exit 0; fi
 store=off
 grep -q '"containerd-snapshotter": true' "$ASCEND_IMAGES_DAEMON_JSON" 2>/dev/null && store=on
-echo "26.1.5 $store" >/fake/state
+echo "28.5.2 $store" >/fake/state
 echo "$store" >>/fake/starts
 exec /fake/proc/dockerd infinity
 SH
@@ -274,7 +339,7 @@ cat >/fake/bin/docker <<'SH'
 #!/bin/bash
 # a fake docker CLI that answers as the fake engine is: no state or no process, no engine
 case "$1" in
-  buildx) echo "github.com/docker/buildx 0.13.1 fake"; exit 0 ;;
+  buildx) echo "github.com/docker/buildx 0.29.1 fake"; exit 0 ;;
   info | version)
     [ -f /fake/state ] && pidof dockerd >/dev/null || exit 1
     read -r version store </fake/state
@@ -305,7 +370,7 @@ def fake_engine(debian_root):
 def fake_engine_running(container, store: str) -> str:
     """A fake dockerd running with the image store `store`; returns its pid."""
     code, said = sh(container, STOP_FAKE + "rm -f /fake/state /fake/starts; "
-                               f"echo '26.1.5 {store}' >/fake/state; (setsid /fake/proc/dockerd infinity &); "
+                               f"echo '28.5.2 {store}' >/fake/state; (setsid /fake/proc/dockerd infinity &); "
                                "sleep 0.2; pidof dockerd")
     assert code == 0, said
     return said.strip()
@@ -327,7 +392,7 @@ def test_engine_refuses_to_restart_a_running_engine_unless_allowed(fake_engine):
     code, said = sh(debian_root, FAKE_ENV + "ASCEND_IMAGES_ENGINE_RESTART=1 bash scripts/setup-engine.sh 2>&1")
     assert code == 0, said
     assert f"stopping dockerd (pid {pid};" in said and "starting dockerd" in said, said
-    assert said.splitlines()[-1].endswith("engine: dockerd 26.1.5, buildx 0.13.1, containerd image store on"), said
+    assert said.splitlines()[-1].endswith("engine: dockerd 28.5.2, buildx 0.29.1, containerd image store on"), said
     assert sh(debian_root, "pidof dockerd")[1].strip() not in ("", pid)
     code, said = sh(debian_root, "python3 -c 'import json; print(json.load(open(\"/fake/daemon.json\")))'")
     assert said.strip() == ("{'log-level': 'warn', 'features': {'containerd-snapshotter': True}, "

@@ -160,8 +160,8 @@ def test_images_built_from_doubles_carry_the_label(tmp_path):
     matrix = sel.load()
     sources = flags.sources(matrix)
     plan = make_plan(sel.variants(matrix), PlanOptions(sources.cann, "ascend-images-test"))
-    rendered = {s.kind: Renderer().context(s, sources)[0] for s in plan.stages}
-    contexts = {kind: ctx["labels"] for kind, ctx in rendered.items()}
+    records = {s.kind: Renderer().record(s, sources) for s in plan.stages}
+    contexts = {kind: record.labels for kind, record in records.items()}
     labels = {kind: own.get(TEST_DOUBLE_LABEL) for kind, own in contexts.items()}
     assert labels == {"base": None, "cann-install": "cann", "cann": "cann", "torch": "cann",
                       "sglang": "cann,sgl-kernel-npu,off-pypi-wheels"}
@@ -172,7 +172,7 @@ def test_images_built_from_doubles_carry_the_label(tmp_path):
 
     # the label names each file's sha256 build arg, whose default the Dockerfile declares: the build expands it
     def expanded(kind: str, label: str) -> dict[str, str]:
-        args = rendered[kind]["download_args"]
+        args = records[kind].download_args
         return {file: args[arg.removeprefix("${").removesuffix("}")] for file, arg in json.loads(label).items()}
 
     downloads = {kind: expanded(kind, own[f"io.ascend-images.downloads.{kind}"]) for kind, own in contexts.items()
@@ -189,7 +189,7 @@ def test_images_built_from_doubles_carry_the_label(tmp_path):
     (tmp_path / "cann" / MARKER_FILE).unlink()
     real = SourceFlags(cann_dir=str(tmp_path / "cann")).sources(matrix)
     stage = next(s for s in plan.stages if s.kind == "cann-install")
-    assert TEST_DOUBLE_LABEL not in Renderer().context(stage, real)[0]["labels"]
+    assert TEST_DOUBLE_LABEL not in Renderer().record(stage, real).labels
 
 
 def test_building_doubles_under_the_default_namespace_is_refused(tmp_path):

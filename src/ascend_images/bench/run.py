@@ -69,7 +69,7 @@ def _plan(setup: BenchSetup, matrix_path: Path | None = None, namespace: str | N
 
 def alone_namespace(namespace: str) -> str:
     """Where each variant is built alone. Under the selection's own tags, a forced rebuild of a shared stage would
-    move that tag to a new image, so the next plan's other children would have a new parent, a new content key,
+    move that tag to a new image, so the next plan's other children would have a new parent, new cache keys,
     and be rebuilt by the no-op measurement."""
     return f"{namespace}-alone"
 

@@ -1,2 +1,3 @@
-"""Building a plan on a Docker engine: the engine connection, the loopback build server, claims between
-concurrent builds, progress and logs. Imports `matrix`, `inputs` and `stages`."""
+"""Building a plan on a BuildKit builder: the engine connection and its floor, one bake of the written workspace,
+its progress, logs and report, and the engine's faults worked around (quirks). Imports `matrix`, `inputs` and
+`stages`."""

@@ -12,7 +12,8 @@ its stage has finished. What stays ours around it, and why:
 - the secrets, written to files of this build only, given as bake secrets, removed after;
 - progress per stage, from bake's rawjson, with a full log per stage (progress.BakeProgress): a failure shows the
   tail and the log's path;
-- the report (`<work dir>/build-report.json`): each stage's tag, digest, status and time.
+- the report (`<work dir>/build-report.json`): each stage's tag, digest, status and time;
+- a bake again after a fault of the engine's own that quirks.py names, with its upstream issue (the naming race).
 One build at a time per work directory (its contexts and inputs are laid out at fixed paths, so that BuildKit sends
 again only what changed); two work directories build side by side, and BuildKit shares what they have in common.
 """
@@ -23,15 +24,14 @@ import contextlib
 import datetime as dt
 import functools
 import json
-import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ascend_images.builder import bake
+from ascend_images.builder import bake, quirks
 from ascend_images.builder.builders import BuildxBuilder
 from ascend_images.builder.engine import disk_full
 from ascend_images.builder.progress import BakeProgress, StageProgress, fmt_seconds, printer
@@ -51,6 +51,7 @@ from ascend_images.stages.plan import BuildPlan, PlanOptions
 from ascend_images.stages.stage import Stage
 
 Out = Callable[[str], None]
+Only = tuple[str, str]  # (a Dockerfile stage, the tag it gets): one stage of each Dockerfile built alone
 
 
 @dataclass(frozen=True)
@@ -96,47 +97,11 @@ def _first_failure(plan: BuildPlan, progresses: dict[str, StageProgress]) -> tup
 
 
 DISK_FULL_HINT = " (the engine's disk is full: free space with `docker system prune`, then run again)"
-NAMING_RACE = re.compile(r'image "[^"]+": already exists')
-NAMING_RETRIES = 3  # a chain has a handful of stages; each try gets at least one more of them named
-
-
-def own_errors(progresses: Iterable[StageProgress]) -> list[str]:
-    """The errors of the steps that failed for a reason of their own (not stopped by a failure elsewhere)."""
-    return [error for progress in progresses for _, _, error in progress.failed_steps()
-            if "context canceled" not in error]
-
-
-def lost_naming_race(progresses: Iterable[StageProgress]) -> bool:
-    """Did every step that failed for a reason of its own fail at naming its image, because another build had just
-    created that name?"""
-    own = own_errors(progresses)
-    return bool(own) and all(NAMING_RACE.search(e) for e in own)
-
-
-# BuildKit failing of itself under concurrent bakes on 2 cores (seen in this project's CI runs, BuildKit 0.13 in
-# dockerd 26.1): a finished stage's build record not written within BuildKit 0.13's fixed 20 s, which fails the whole
-# solve while other stages export (moby/buildkit 4327, made 300 s in 0.14 by bf1da9647); a session timing out
-# (moby/buildkit 2691, docker/buildx 456); every bake after such a DeadlineExceeded finding none of its sessions ("no
-# active sessions": 4 tries in 2 CI runs, 15-45 s apart, until dockerd was restarted); its solver losing an edge another
-# build shares ("inconsistent graph state"); a snapshot another build removed while a step committed. No step failed
-# of its own; a run again finds the steps in the cache
-ENGINE_SOLVE = re.compile(r"ERROR: failed to solve: DeadlineExceeded|no active session for \S+: context deadline"
-                          r"|ERROR: failed to solve: no active sessions$|failed to get edge: inconsistent graph state",
-                          re.MULTILINE)
-ENGINE_STEP = re.compile(r"failed to commit \S+ to \S+ during finalize: .*does not exist: not found")
 
 
 def bake_error(bake_tail: str) -> str | None:
     """The bake's own ERROR line, when it has one (a failure of the solve itself, not of a step)."""
     return next((line.strip() for line in reversed(bake_tail.splitlines()) if line.startswith("ERROR: ")), None)
-
-
-def engine_failed(progresses: Iterable[StageProgress], bake_tail: str) -> bool:
-    """Did BuildKit fail of itself (its solve, or a step's commit), with no step failing for a reason of its own?"""
-    own = own_errors(progresses)
-    if own:
-        return all(ENGINE_STEP.search(e) for e in own)
-    return bool(ENGINE_SOLVE.search(bake_tail))
 
 
 def source_date(matrix: Matrix) -> SourceDate:
@@ -150,8 +115,6 @@ class Builder:
         self.settings = settings
         self.out = out or printer()
         self.progress = progress  # each stage's step lines: stderr, unlike its outcome
-        self.results: dict[str, StageResult] = {}
-        self._only: tuple[str, str] | None = None  # (Dockerfile stage, tag): native_tool's one image
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
 
@@ -186,31 +149,31 @@ class Builder:
                                       self.progress)
             yield written
 
-    def overrides(self, plan: BuildPlan, secrets: dict[str, Path]) -> dict:
+    def overrides(self, plan: BuildPlan, secrets: dict[str, Path], only: Only | None = None) -> dict:
         """What this build adds to the definition: the secrets it was given, and the output where it is not the
-        definition's (a load into this engine; a single stage of each Dockerfile)."""
+        definition's (a load into this engine; `only` a single stage of each Dockerfile, under a tag of its own)."""
         target: dict = {}
         if secrets:
             target["secret"] = [f"id={name},src={path}" for name, path in sorted(secrets.items())]
         if self.settings.load:
             target["output"] = ["type=docker"]
-        if self._only:
-            target["target"], target["tags"] = self._only[0], [self._only[1]]
+        if only:
+            target["target"], target["tags"] = only[0], [only[1]]
         return {"target": {target_name(stage): dict(target) for stage in plan.stages}} if target else {}
 
-    def build(self, workspace: Workspace) -> list[StageResult]:
+    def build(self, workspace: Workspace, only: Only | None = None) -> list[StageResult]:
         """One bake of the workspace's definition; each stage tagged only once it finished."""
         started, plan = time.monotonic(), workspace.plan
         scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=workspace.root))
         try:
             secrets = write_secrets(self.settings.inputs, scratch / "secrets")
             extra = scratch / "build.json"
-            extra.write_text(json.dumps(self.overrides(plan, secrets)), encoding="utf-8")
-            files = (workspace.definition, extra, *self._network(plan, scratch))
+            extra.write_text(json.dumps(self.overrides(plan, secrets, only)), encoding="utf-8")
+            files = (workspace.definition, extra)
             outcome, progresses, ran = self._bake(plan, files, scratch / "metadata.json")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        results = self._results(plan, outcome, progresses, ran, workspace.contexts)
+        results = self._results(plan, outcome, progresses, ran, workspace.contexts, only)
         built = sum(r.status == "built" for r in results)
         self.out(f"done in {fmt_seconds(time.monotonic() - started)}: {built} built, {len(results) - built} made "
                  f"from cached steps, {len(results)} stages")
@@ -223,59 +186,30 @@ class Builder:
         alone, over its parent's image as built (`stage.parent.tag`)."""
         alone = replace(stage, parent=None, external_parent=stage.parent.tag if stage.parent else stage.external_parent,
                         users=[stage.variant])
-        self._only = ("installer", name)
-        try:
-            with self.workspace(BuildPlan([alone], {stage.variant: alone},
-                                          PlanOptions(self.settings.sources.cann))) as written:
-                self.build(written)
-        finally:
-            self._only = None
+        with self.workspace(BuildPlan([alone], {stage.variant: alone},
+                                      PlanOptions(self.settings.sources.cann))) as written:
+            self.build(written, only=("installer", name))
         return name
-
-    def _network(self, plan: BuildPlan, scratch: Path) -> list[Path]:
-        """The host's network for every stage, where this build wants it, as a compose file over the definition:
-        buildx 0.13's bake reads a target's `network` from a compose file only (its HCL and JSON have the key again
-        from 0.17, where the definition's NETWORK variable says it)."""
-        if self.variables(plan, scratch)["NETWORK"] != "host":
-            return []
-        path = scratch / "network.yml"
-        services = {target_name(stage): {"build": {"network": "host"}} for stage in plan.stages}
-        path.write_text(json.dumps({"services": services}), encoding="utf-8")  # JSON is YAML
-        return [path]
 
     def _bake(self, plan: BuildPlan, files: tuple[Path, ...],
               metadata: Path) -> tuple[bake.BakeOutcome, dict[str, StageProgress], dict[str, int]]:
         """The last try's outcome and progress, and the steps each target ran over all tries (a try's work is this
-        build's, though the next try finds it in the cache)."""
+        build's, though the next try finds it in the cache). A bake is tried again only where it failed of a fault
+        of the engine's that quirks.py knows, on an engine it is seen on."""
         outcome, progresses, tail, bake_log = self._bake_once(plan, files, metadata, "")
         ran_before = dict.fromkeys(progresses, 0)
+        engine = self.settings.builder.engine if self.settings.builder else None
         tries = 0
-        while not outcome.interrupted and outcome.returncode != 0 and tries < NAMING_RETRIES:
-            if lost_naming_race(progresses.values()):
-                # builds on one engine exporting the same image at one moment: the containerd image store creates the
-                # name for one and refuses the others ("already exists"); a try again finds the steps in the cache,
-                # and may meet the next stage's race while a third build is there too (CI's overlapping builds)
-                why = ("another build on this engine named the same image at the same moment (the containerd image "
-                       "store refused the second name)")
-            elif engine_failed(progresses.values(), tail):
-                why = f"BuildKit failed of itself ({bake_error(tail)}), no step failed of its own"
-            else:
+        while not outcome.interrupted and outcome.returncode != 0 and tries < quirks.RETRIES:
+            quirk = quirks.met(engine, progresses.values())
+            if quirk is None:
                 break
             tries += 1
             for name, progress in progresses.items():
                 ran_before[name] += progress.steps_run
-            self.out(f"{why}: baking once more, from the cache ({tries}/{NAMING_RETRIES})")
+            self.out(f"{quirk.why} ({quirk.issue}): baking once more, from the cache ({tries}/{quirks.RETRIES})")
             outcome, progresses, tail, bake_log = self._bake_once(plan, files, metadata, f"-again{tries}")
-        try:
-            self._raise_for(plan, outcome, progresses, tail, bake_log)
-        except BuildError as exc:
-            if tries and engine_failed(progresses.values(), tail):
-                # the same fault every time: a cache record whose snapshot is gone stays until the engine drops it
-                raise BuildError(f"{exc}\nBuildKit failed of itself {tries + 1} times over: restart the Docker "
-                                 "engine (it drops a cache record whose snapshot is gone, and the sessions a failed "
-                                 "bake left: 'no active sessions'), or `docker builder prune`, then build again"
-                                 ) from None
-            raise
+        self._raise_for(plan, outcome, progresses, tail, bake_log)
         return outcome, progresses, {name: ran_before[name] + p.steps_run for name, p in progresses.items()}
 
     def _bake_once(self, plan: BuildPlan, files: tuple[Path, ...], metadata: Path,
@@ -340,14 +274,14 @@ class Builder:
         raise BuildError("\n".join(parts) + f"\n(no tag was set for {names})")
 
     def _results(self, plan: BuildPlan, outcome: bake.BakeOutcome, progresses: dict[str, StageProgress],
-                 ran_steps: dict[str, int], contexts: dict[str, Path]) -> list[StageResult]:
+                 ran_steps: dict[str, int], contexts: dict[str, Path], only: Only | None = None) -> list[StageResult]:
         results = []
         for stage in plan.stages:
             progress = progresses[target_name(stage)]
             digest = (outcome.metadata.get(target_name(stage)) or {}).get("containerimage.digest", "")
             ran = ran_steps[target_name(stage)]
             status = "cached" if ran == 0 and progress.steps_cached else "built"
-            tag = self._only[1] if self._only else stage.tag  # native_tool's image has a name of its own
+            tag = only[1] if only else stage.tag  # native_tool's image has a name of its own
             result = StageResult(tag, stage.kind, status, digest, progress.seconds, str(progress.log_path),
                                  str(contexts[stage.slug]))
             short = digest.removeprefix("sha256:")[:12] or "pushed"
@@ -357,7 +291,6 @@ class Builder:
             else:
                 self.out(f"{progress.label} {tag}: built in {fmt_seconds(progress.seconds)} ({short}; "
                          f"{ran} step(s) run, {progress.steps_cached} from a cache)")
-            self.results[tag] = result
             results.append(result)
         return results
 

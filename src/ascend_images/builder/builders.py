@@ -1,11 +1,13 @@
 """The BuildKit builder a build runs on, and whether this host can run one, checked before anything is rendered,
 fetched or built: each missing piece is one line naming what is missing, what was found and the minimum.
 
-- the `docker` CLI and its buildx plugin (>= MIN_BUILDX: bake's `target:` contexts, `--progress rawjson`);
+- the `docker` CLI and its buildx plugin (>= MIN_BUILDX: bake's `target:` contexts, `--progress rawjson`, and a
+  target's `network` read from the bake definition itself);
 - the builder: `--builder NAME`, else BUILDX_BUILDER, else buildx's current one (`docker buildx use`), as buildx
   itself chooses; one that does not exist is refused, naming those that do;
-- for the `docker` driver (BuildKit inside dockerd), that engine's version (>= MIN_ENGINE: BuildKit with the
-  containerd image store, whose image ids are the manifest digests a registry shows).
+- for the `docker` driver (BuildKit inside dockerd), that engine's version (>= MIN_ENGINE: a BuildKit that keeps a
+  finished stage's build record under concurrent bakes, and the containerd image store, whose image ids are the
+  manifest digests a registry shows). Why these floors: docs/design.md, "The engine".
 
 A builder whose images land in the engine this process talks to (the `docker` driver on that engine) builds into it.
 Any other (docker-container, remote, kubernetes, or the docker driver of another engine) keeps its images to
@@ -19,13 +21,13 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ascend_images.builder.endpoint import DEFAULT_CONTEXT, DEFAULT_HOST, ContextError, resolve
 from ascend_images.errors import SelectionError, Unreachable
 
-MIN_BUILDX = (0, 13)
-MIN_ENGINE = (26, 0)
+MIN_BUILDX = (0, 17)
+MIN_ENGINE = (27, 0)
 SETUP_HINT = "scripts/setup-host.sh installs both on Debian and Ubuntu"
 
 
@@ -39,6 +41,7 @@ class BuildxBuilder:
     driver: str  # docker | docker-container | remote | kubernetes
     endpoint: str  # its first node's: a docker context name or address (docker driver), an address (remote), ...
     local: bool  # its images land in the engine this process talks to
+    engine: tuple[int, ...] | None = None  # the docker driver's dockerd version (None: another driver, not asked)
 
     def describe(self) -> str:
         return f"builder {self.name!r} (driver {self.driver}, endpoint {self.endpoint})"
@@ -142,8 +145,9 @@ def _same_engine(endpoint: str) -> bool:
     return engine_of(endpoint) == here
 
 
-def check_engine(builder: BuildxBuilder) -> None:
-    """The engine a `docker` driver builds in is recent enough; HostUnfit naming it and its version otherwise."""
+def check_engine(builder: BuildxBuilder) -> tuple[int, ...]:
+    """The engine a `docker` driver builds in is recent enough: its version; HostUnfit naming it and its version
+    otherwise."""
     host = engine_of(builder.endpoint) if builder.driver == "docker" else resolve().host
     found = _docker("-H", host, "version", "--format", "{{json .Server}}")
     try:
@@ -156,8 +160,9 @@ def check_engine(builder: BuildxBuilder) -> None:
     version = _version(server.get("Version") or "")
     if version and version < MIN_ENGINE:
         raise HostUnfit(f"the Docker engine at {host} is {server.get('Version')} (API {server.get('ApiVersion')}): "
-                        f"builds need Docker Engine >= {_shown(MIN_ENGINE)}, whose BuildKit keeps images in the "
-                        f"containerd image store ({SETUP_HINT}), or a BuildKit builder (--builder)")
+                        f"builds need Docker Engine >= {_shown(MIN_ENGINE)} ({SETUP_HINT}), or another BuildKit "
+                        "builder (--builder)")
+    return version
 
 
 def preflight(name: str | None) -> BuildxBuilder:
@@ -165,5 +170,5 @@ def preflight(name: str | None) -> BuildxBuilder:
     check_cli()
     builder = find_builder(name)
     if builder.driver == "docker" or builder.name == "default":
-        check_engine(builder)
+        builder = replace(builder, engine=check_engine(builder))
     return builder

@@ -31,6 +31,8 @@ REGISTRY_SETTINGS = ("insecure-registries", "registry-mirrors", "allow-nondistri
                      "max-concurrent-downloads", "max-concurrent-uploads")
 HOST_DAEMON_CONFIG = Path("/etc/docker/daemon.json")
 _instances = itertools.count(1)
+# how dockerd says why it stopped: a refused flag ("Status: unknown flag"), or a logged error or fatal
+_ERROR_LINE = re.compile(r"^Status: |level=(error|fatal)|unknown flag", re.IGNORECASE)
 
 
 class ScratchEngineError(AscendImagesError, RuntimeError):
@@ -103,8 +105,8 @@ class ScratchEngine:
 
     def _config(self) -> Path:
         """The host's registry settings; on dockerd < 23 a trust key of its own too, which is the engine ID there
-        (the host's key would give both engines one ID, and build claims are per engine ID). From 23 on, the ID is
-        a file in the data root."""
+        (the host's key would give both engines one ID, and BuildKit keeps its state per engine ID). From 23 on, the
+        ID is a file in the data root."""
         config = {}
         with contextlib.suppress(OSError, ValueError):
             host = json.loads(HOST_DAEMON_CONFIG.read_text())
@@ -146,12 +148,21 @@ class ScratchEngine:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise ScratchEngineError(f"the scratch dockerd exited ({self._proc.returncode}): {self._log_tail()}")
+                raise ScratchEngineError(f"the scratch dockerd exited ({self._proc.returncode}): {self._why()}")
             if self.docker("info", check=False).returncode == 0:
                 return
             time.sleep(0.5)
         raise ScratchEngineError(f"the scratch dockerd did not answer in {self.start_timeout:.0f} s: "
                                  f"{self._log_tail()}")
+
+    def _why(self) -> str:
+        """The log's error lines, else its tail: dockerd 28 follows a bad flag with its whole usage text."""
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        errors = [line for line in lines if _ERROR_LINE.search(line)]
+        return ("\n".join(errors[:5]) if errors else self._log_tail()) + f" (log {self.log})"
 
     def _log_tail(self) -> str:
         try:

@@ -45,13 +45,14 @@ def write_workspace(plan: BuildPlan, sources: Sources, store: WheelStore, root: 
     root = root.absolute()
     rendered = render_plan(plan, sources, root / "contexts")
     matrix = plan.stages[0].variant.matrix
-    definition = bake_file(plan, {slug: r.dockerfile for slug, r in rendered.items()}, matrix.source_date_epoch,
-                           SourceDate(epoch=matrix.source_date_epoch).iso, matrix.spec.os[INSTALLER_OS].image)
+    records = {slug: r.record for slug, r in rendered.items()}
+    definition = bake_file(plan, records, matrix.source_date_epoch, SourceDate(epoch=matrix.source_date_epoch).iso,
+                           matrix.spec.os[INSTALLER_OS].image)
     path = root / DEFINITION
     path.write_text(json.dumps(definition, indent=2) + "\n", encoding="utf-8")
-    wanted = sum(len(r.wanted) for r in rendered.values())
+    wanted = sum(len(r.wanted) for r in records.values())
     before = len(store.downloaded)
-    lay_out_bake_inputs(plan, rendered, sources, store, root / "bake-inputs", login)
+    lay_out_bake_inputs(plan, records, sources, store, root / "bake-inputs", login)
     downloaded = len(store.downloaded) - before
     progress(f"inputs: {len(plan.stages)} stage(s), {wanted} file(s) of the wheel store ({downloaded} downloaded "
              f"now), laid out in {root / 'bake-inputs'}")
