@@ -51,6 +51,10 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
                                                  "team names none"),
     (["build", "--ci", "nightly"], "--ci 'nightly': valid: publish, test"),
     (["build", "--ci", "test"], "--device a3 has no effect here: --ci test builds matrix.yaml's ci.test as it is"),
+    (["build", "--demo", "--cann-dir", "/tmp"], "--cann-dir /tmp has no effect here: --demo builds from the test "
+                                                 "doubles it makes in build/demo-inputs"),
+    (["build", "--demo", "--fetch"], "--fetch has no effect here: --demo builds from the test doubles"),
+    (["test", "--ci"], "--device a3 has no effect here: --ci builds matrix.yaml's ci.test from the test doubles"),
     (["bench", "--runs", "0"], "--runs 0: expected a whole number from 1 to 10000"),
     (["run", "--print", "--format", "k8s", "--image", "x", "--replicas", "-5"],
      "--replicas -5: expected a whole number from 0 to 10000"),

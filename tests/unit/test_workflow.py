@@ -81,7 +81,7 @@ def test_build_runs_on_native_runners_and_npu_gates_the_merge():
         run = step.get("run", "")
         if "invoke build" in run:  # downloads verified against the committed pins.yaml, nothing else
             assert "--fetch" in run and "--checksums" not in run, step["name"]
-        if run.startswith("invoke test"):  # the same sources as the build, so the same content keys
+        if run.startswith("invoke test"):  # the same sources as the build, so the same cache keys
             assert "--checksums" not in run, step["name"]
     assert "CANN_SHA256SUMS" not in str(workflow)  # pins.yaml replaced the repository variable
     assert workflow["on"]["pull_request"] is None  # pull requests build and test, never publish

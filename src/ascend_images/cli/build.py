@@ -22,11 +22,12 @@ from ascend_images.cli.project import project_path
 from ascend_images.cli.taskdef import INPUTS, MATRIX_HELP, SELECTION, SOURCES, exit_with, run_body, task
 from ascend_images.console import note
 from ascend_images.errors import SelectionError
+from ascend_images.inputs.sources import MISSING_SHA256
 from ascend_images.matrix.envs import reader_text
 from ascend_images.matrix.model import Matrix, Variant, load_matrix
 from ascend_images.matrix.rules import RULES, enforce, evaluate
 from ascend_images.matrix.selection import CI_SETS, all_variants, ci_variants
-from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
+from ascend_images.stages.bake import render_plan
 from ascend_images.stages.contexts import INSTALLER_OS
 from ascend_images.stages.plan import BuildPlan, PlanOptions, host_arch, make_plan
 from ascend_images.stages.render import Renderer
@@ -49,6 +50,8 @@ BUILD_HELP = {
     "load": "load every stage into this engine (a docker-container, remote or kubernetes builder)",
     "ci": "build matrix.yaml's `ci.publish` or `ci.test` (what CI publishes, or builds from test doubles and tests) "
           "in one bake; with --arch for another arch",
+    "demo": "build from test doubles made in build/demo-inputs (a checkout's tests/fixtures), under the namespace "
+            "ascend-images-demo unless --namespace names another: images that show the build, never published",
 }
 
 
@@ -62,11 +65,11 @@ def check_rules(variants: list[Variant], namespace: str = DEFAULT_NAMESPACE) -> 
 
 def warn_unread_user_env(v: Variant, namespace: str) -> None:
     from ascend_images.stages.envreaders import user_env_warnings
-    from ascend_images.stages.kinds import image_kind
+    from ascend_images.stages.kinds import image_env_of
     from ascend_images.stages.names import image_tag
 
     if v.user_env:
-        for line in user_env_warnings([name for name, _ in v.user_env], v, image_kind(v), v.matrix.spec.env,
+        for line in user_env_warnings([name for name, _ in v.user_env], v, image_env_of(v), v.matrix.spec.env,
                                       image_tag(v, namespace)):
             note(line)
 
@@ -124,18 +127,18 @@ def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
     reader should not have to guess the shape; the rules' warnings go to stderr either way. Each variable names its
     reader (DESIGN 26); what the references set and the image does not read is listed after, with why."""
     from ascend_images.stages.envreaders import image_env, unread_env
-    from ascend_images.stages.kinds import image_kind
+    from ascend_images.stages.kinds import image_env_of
 
     variants = sel.variants()
     check_rules(variants)
     if as_json:
         out(json.dumps([{"variant": v.name,
-                         "variables": {k: e.as_dict() for k, e in image_env(v, image_kind(v)).items()},
-                         "unread": {k: u.as_dict() for k, u in unread_env(v, image_kind(v)).items()}}
+                         "variables": {k: e.as_dict() for k, e in image_env(v, image_env_of(v)).items()},
+                         "unread": {k: u.as_dict() for k, u in unread_env(v, image_env_of(v)).items()}}
                         for v in variants], indent=2))
         return 0
     for v in variants:
-        env = image_env(v, image_kind(v))
+        env = image_env(v, image_env_of(v))
         out(f"# {v.name} (profile {v.profile})")
         out(f"{'NAME':48} {'VALUE':24} {'LAYER':18} {'READER':32} SOURCE")
         for e in env.values():
@@ -144,7 +147,7 @@ def show_env(sel: Selection, out: Out, as_json: bool = False) -> int:
             out(f"{e.name:48} {e.value:24} {e.layer:18} {reader_text(e.reader_dict) or '--env':32} {e.source}{over}")
         out("# plus what the CANN env scripts set (matrix.yaml cann.env_sets, checked against them at build time): "
             + "; ".join(v.env_scripts))
-        unread = unread_env(v, image_kind(v))
+        unread = unread_env(v, image_env_of(v))
         if unread:
             out("# not baked: what the references set that nothing in this image reads")
             for u in unread.values():
@@ -180,19 +183,17 @@ def render_selection(sel: Selection, flags: SourceFlags, out_dir: Path, out: Out
     check_rules(variants)
     sources = flags.sources(matrix, strict=False)
     plan = make_plan(variants, PlanOptions(sources.cann, namespace, base_images(variants, base_image)))
-    renderer = Renderer()
     # render everything in memory first: a failure leaves no new directory behind
-    rendered = []
+    rendered = render_plan(plan, sources)
+    renderer = Renderer()
     for stage in plan.stages:
-        ctx, files = renderer.context(stage, sources)
-        rendered.append((stage, ctx, files, renderer.render_text(stage, ctx)))
-    for stage, ctx, files, dockerfile in rendered:
-        path = renderer.write(stage, out_dir, ctx, files, dockerfile)
+        path = renderer.write(stage, out_dir, rendered[stage.slug].record, rendered[stage.slug].dockerfile)
         out(f"{stage.kind:13} {stage.tag:80} {path}")
-    for stage, ctx, _, _ in rendered:
-        if ctx.get("lock", {}).get("missing"):
-            note(f"note: {stage.tag}: no fresh lock, a build would stop here: {ctx['lock']['missing']}")
-    if any("sha256-missing" in dockerfile for _, _, _, dockerfile in rendered):
+    for stage in plan.stages:
+        missing = rendered[stage.slug].record.template.get("lock", {}).get("missing")
+        if missing:
+            note(f"note: {stage.tag}: no fresh lock, a build would stop here: {missing}")
+    if any(MISSING_SHA256 in r.record.download_args.values() for r in rendered.values()):
         note("note: some downloads have no sha256 (shown as sha256-missing); a build needs them "
              "(--checksums FILE, or --cann-dir/--artifacts-dir)")
     return plan
@@ -262,10 +263,15 @@ def base_images(variants: list[Variant], explicit: str | None,
 @task(groups=(SELECTION, SOURCES, INPUTS), help=BUILD_HELP)
 def build(c, sel, sources, inputs, fetch=False, base_image=None, namespace=DEFAULT_NAMESPACE, work_dir=None,
           no_cache=False, stage_cache=None, stage_cache_read_only=False, builder=None, push=False, load=False,
-          ci=None):
+          ci=None, demo=False):
     """Build the selection's images: one `docker buildx bake` of its stages, on any BuildKit builder."""
     from ascend_images.cli.options import env_flag
 
+    if demo:
+        from ascend_images.cli.doubles import demo_build
+
+        made = run_body(demo_build, sources, inputs, namespace, fetch, ci)
+        sources, inputs, namespace = made.sources, made.inputs, made.namespace
     stage_cache = stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE")
     run_body(read_only_needs_a_cache, stage_cache, stage_cache_read_only)
     run_body(inputs.check)
@@ -397,51 +403,3 @@ def make_os_image(matrix_path: str, os_name: str, arch: str, out: Out, mirror: s
     tag = make(client, spec, (work_dir or Path(project_path(None, "build"))) / "logs", matrix.source_date_epoch)
     out(f"loaded {tag}")
     return tag
-
-
-# --- test -----------------------------------------------------------------------------------------------------------
-@task(groups=(SELECTION, SOURCES, INPUTS),
-      help={"image": "test this existing image (repeatable)", "namespace": BUILD_HELP["namespace"],
-            "work_dir": BUILD_HELP["work_dir"], "stage_cache": BUILD_HELP["stage_cache"]},
-      iterable=["image"])
-def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, stage_cache=None):
-    """Build what is missing, then run the image test suite against each image of the selection."""
-    from ascend_images.cli.options import env_flag
-
-    if image:  # the images are tested as they are: nothing is selected or built
-        run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--namespace": namespace,
-                               "--stage-cache": stage_cache, **given_flags(sources, inputs)},
-                 "--image names the images to test, so nothing is selected or built; leave one out")
-    run_body(inputs.check)
-    results = run_body(run_image_tests, sel, sources, inputs, print, images=list(image or []),
-                       work_dir=run_body(output_path, "--work-dir", work_dir, "build"),
-                       namespace=namespace or DEFAULT_NAMESPACE,
-                       stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"))
-    exit_with(0 if all(r.ok for r in results) else 1)
-
-
-def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
-                    work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
-                    stage_cache: str | None = None) -> list[ImageTestResult]:
-    if any(not i.strip() for i in images):
-        raise SelectionError("--image is empty: give an image reference to test (e.g. ascend/sglang:tag), or leave "
-                             "--image out to test the selection's images")
-    if not images:
-        plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace,
-                                  stage_cache=stage_cache)
-        images = [plan.top(v).tag for v in sel.variants()]
-    from ascend_images.builder.engine import connect
-    from ascend_images.release.imagemeta import present
-
-    client = connect()
-    results = []
-    for image in images:
-        present(client, image)  # pushed by a builder of its own: read from its registry
-        out(f"testing {image}")
-        results.append(run_image_suite(image, work_dir))
-    out(f"\n{'image':90} {'passed':>6} {'failed':>6} {'skipped':>7}")
-    for r in results:
-        out(f"{r.image:90} {r.passed:6} {len(r.failed):6} {r.skipped:7}")
-        for name in r.failed:
-            out(f"    FAILED {name}")
-    return results

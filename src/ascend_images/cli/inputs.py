@@ -225,13 +225,21 @@ def fetch_selection(sel: Selection, flags: SourceFlags, out: Out, *, stream=None
 
 
 def lay_out_for_bake(variants: list[Variant], flags: SourceFlags, root: Path, out: Out) -> list[Path]:
-    """Each stage of the variants' plan: its named contexts under `root/<bake target>/` (builder.stageinputs)."""
+    """Each stage of the variants' plan: its named contexts under `root/<bake target>/` (builder.stageinputs), for
+    the committed rendered/docker-bake.json: each stage's record as rendered/ holds it (pins.yaml's sha256), its
+    files taken from where these flags say (the download cache, --cann-dir, --artifacts-dir) and the wheel store."""
+    from ascend_images import DEFAULT_NAMESPACE
     from ascend_images.builder.stageinputs import lay_out_bake_inputs
+    from ascend_images.stages.bake import render_plan
+    from ascend_images.stages.drift import committed_sources
     from ascend_images.stages.plan import PlanOptions, make_plan
 
-    sources = flags.sources(variants[0].matrix)
-    plan = make_plan(variants, PlanOptions(sources.cann))
-    laid_out = lay_out_bake_inputs(plan, sources, host_wheel_store(flags), root)
+    matrix = variants[0].matrix
+    committed = committed_sources(matrix)
+    plan = make_plan(variants, PlanOptions(committed.cann, DEFAULT_NAMESPACE,
+                                           {(v.os, v.arch): v.os_spec.image for v in variants}))
+    records = {slug: r.record for slug, r in render_plan(plan, committed).items()}
+    laid_out = lay_out_bake_inputs(plan, records, flags.sources(matrix), host_wheel_store(flags), root)
     out(f"bake inputs: {len(laid_out)} target(s) in {root} (docker buildx bake -f rendered/docker-bake.json, "
         f"BAKE_INPUTS={root})")
     return laid_out

@@ -96,8 +96,8 @@ def _render_all(matrix: Matrix, variants: list[Variant], target: Path) -> list[P
         chosen = [v for v in variants if kind != "image" or v.os_spec.official_cann_os]
         plan = make_plan(chosen, PlanOptions(cann))
         for stage in plan.stages:
-            ctx, files = renderer.context(stage, Sources(cann, sources.artifacts))
-            dockerfiles.append(renderer.write(stage, target / kind, ctx, files) / "Dockerfile")
+            record = renderer.record(stage, Sources(cann, sources.artifacts))
+            dockerfiles.append(renderer.write(stage, target / kind, record) / "Dockerfile")
     return dockerfiles
 
 

@@ -215,7 +215,7 @@ class SourceFlags:
         return Sources(cann, artifacts, torch_index)
 
     def index_credentials(self) -> tuple[Credential, ...]:
-        """The credentials of the index URLs these flags name, for the build server's netrc."""
+        """The credentials of the index URLs these flags name, for the netrc a build gets as a secret."""
         if not self.torch_index_url:
             return ()
         credential = split_url("--torch-index-url", self.torch_index_url)[1]
@@ -267,7 +267,7 @@ class InputFlags:
         if env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL"):
             extra += env_flag("ASCEND_IMAGES_PIP_EXTRA_INDEX_URL").split()  # type: ignore[union-attr]
         for flag, url in (("--pip-index-url", index), *(("--pip-extra-index-url", u) for u in extra)):
-            split_url(flag, url)  # served in pip.conf by the build server, never rendered: only checked
+            split_url(flag, url)  # given in the pip.conf secret, never rendered: only checked
         os_mirror, os_mirror_credential = split_url("--os-mirror", self.os_mirror or "", "OS package mirror")
         return BuildInputs(
             os_mirror=os_mirror,

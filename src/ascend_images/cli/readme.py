@@ -51,6 +51,42 @@ def releases(matrix: Matrix, root: Path) -> str:
     return "\n".join(lines)
 
 
+def defaults(matrix: Matrix, root: Path) -> str:
+    """What `invoke build --device D --backend B` builds with no --release, per device, and the frameworks over it."""
+    from ascend_images.matrix.model import unsupported
+
+    spec = matrix.spec
+    names = {"vllm": ("vLLM-Ascend", "vllm_ascend"), "sglang": ("SGLang", "sglang")}
+    backends = ["none", *names]
+    lines = ["| device | " + " | ".join(f"`{b}`" for b in backends) + " | frameworks (`--framework`) |",
+             "|---" * (len(backends) + 2) + "|"]
+    for device, per_backend in spec.defaults.release.items():
+        cells = []
+        for backend in backends:
+            release = per_backend.get(backend)
+            if release is None:
+                cells.append("-")
+                continue
+            rel = spec.releases[release]
+            stack = f"CANN {rel.cann}, torch {spec.torch.pairs[rel.torch_npu].torch}, torch_npu {rel.torch_npu}"
+            if backend in names:
+                label, field = names[backend]
+                stack = f"{label} {getattr(getattr(rel.backends, backend), field)} on {stack}"
+            cells.append(stack)
+        over = []
+        for framework, per in spec.defaults.framework_release.items():
+            for backend, release in per.items():
+                pins = (spec.releases[release].frameworks or {}).get(framework)
+                if pins is None or unsupported(spec, device, release, backend, framework) is not None:
+                    continue
+                name = spec.frameworks[framework].description.split(" ", 1)[0]
+                where = "" if release == per_backend.get(backend) else f" (release `{release}`)"
+                over.append(f"{name} {pins.version} over `{backend}`{where}")
+        chip = spec.devices[device].description.split(":")[0]
+        lines.append(f"| `{device}` ({chip}) | " + " | ".join(cells) + f" | {'; '.join(over) or '-'} |")
+    return "\n".join(lines)
+
+
 def locks(matrix: Matrix, root: Path) -> str:
     files = sorted((root / "locks").glob("*/*.txt"))
     lines = [f"{len(files)} locks are committed:", ""]
@@ -79,10 +115,11 @@ def ci_costs(matrix: Matrix, root: Path) -> str:
     return costs_table(root)
 
 
-SECTIONS: dict[str, Callable[[Matrix, Path], str]] = {"releases": releases, "locks": locks, "rendered": rendered,
-                                                      "flags": flags, "ci-costs": ci_costs}
+SECTIONS: dict[str, Callable[[Matrix, Path], str]] = {"defaults": defaults, "releases": releases, "locks": locks,
+                                                      "rendered": rendered, "flags": flags, "ci-costs": ci_costs}
 # what each section says, for the line that says it drifted (the command line's sections: cli/clidoc.py)
-SOURCES = {"releases": "the matrix", "locks": "locks/", "rendered": "rendered/", "flags": "the command line",
+SOURCES = {"defaults": "the matrix", "releases": "the matrix", "locks": "locks/", "rendered": "rendered/",
+           "flags": "the command line",
            "ci-costs": "ci-costs.json", "program": "the command line", "tasks": "the command line",
            "exit-codes": "the command line"}
 DOCS = "docs"

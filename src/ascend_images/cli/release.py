@@ -90,7 +90,7 @@ def provenance(c, image, arch="aarch64", matrix=None):
 
 @task(help=ATTEST_HELP)
 def verify(c, image, arch="aarch64", matrix=None):
-    """Check an image's SBOM and provenance against this checkout: locks, pins.yaml, commit, content key, doubles."""
+    """Check an image's SBOM and provenance against this checkout: locks, pins.yaml, commit, stage digests, doubles."""
     exit_with(run_body(verify_image, image, print, matrix=matrix, arch=arch))
 
 

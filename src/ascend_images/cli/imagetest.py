@@ -1,0 +1,84 @@
+"""`invoke test`: the image test suite against the selection's images (built first where missing) or named ones;
+with --ci, CI's images built from the test doubles and every test of this checkout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ascend_images import DEFAULT_NAMESPACE
+from ascend_images.cli.build import BUILD_HELP, build_selection
+from ascend_images.cli.options import InputFlags, Selection, SourceFlags, given_flags, output_path, refuse_moot
+from ascend_images.cli.taskdef import INPUTS, SELECTION, SOURCES, exit_with, run_body, task
+from ascend_images.errors import SelectionError
+from ascend_images.runtime.imagetests import ImageTestResult, run_image_suite
+
+Out = Callable[[str], None]
+
+
+@task(groups=(SELECTION, SOURCES, INPUTS),
+      help={"image": "test this existing image (repeatable)", "namespace": BUILD_HELP["namespace"],
+            "work_dir": BUILD_HELP["work_dir"], "stage_cache": BUILD_HELP["stage_cache"],
+            "ci": "build matrix.yaml's ci.test from test doubles (one bake), then run every test of this checkout "
+                  "with nothing skipped but tests/npu: what CI runs"},
+      iterable=["image"])
+def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, stage_cache=None, ci=False):
+    """Build what is missing, then run the image test suite against each image of the selection."""
+    from ascend_images.cli.options import env_flag
+
+    if ci:
+        run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--image": image,
+                               "--namespace": namespace, "--work-dir": work_dir, "--stage-cache": stage_cache,
+                               **given_flags(sources, inputs)},
+                 "--ci builds matrix.yaml's ci.test from the test doubles and runs every test as CI does; leave it "
+                 "out, or leave --ci out to test the selection's images")
+        exit_with(run_body(test_ci, print))
+    if image:  # the images are tested as they are: nothing is selected or built
+        run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--namespace": namespace,
+                               "--stage-cache": stage_cache, **given_flags(sources, inputs)},
+                 "--image names the images to test, so nothing is selected or built; leave one out")
+    run_body(inputs.check)
+    results = run_body(run_image_tests, sel, sources, inputs, print, images=list(image or []),
+                       work_dir=run_body(output_path, "--work-dir", work_dir, "build"),
+                       namespace=namespace or DEFAULT_NAMESPACE,
+                       stage_cache=stage_cache or env_flag("ASCEND_IMAGES_STAGE_CACHE"))
+    exit_with(0 if all(r.ok for r in results) else 1)
+
+
+def test_ci(out: Out) -> int:
+    """`invoke test --ci`: CI's images built from the doubles, then the whole test suite; pytest's exit code."""
+    from ascend_images.checkout import ROOT
+    from ascend_images.cli.doubles import CI_WORK_DIR, ci_build, run_test_suite
+
+    made = ci_build()
+    made.inputs.check()
+    build_selection(Selection(), made.sources, made.inputs, out, work_dir=ROOT / CI_WORK_DIR,
+                    namespace=made.namespace, ci="test")
+    return run_test_suite()
+
+
+def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
+                    work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
+                    stage_cache: str | None = None) -> list[ImageTestResult]:
+    if any(not i.strip() for i in images):
+        raise SelectionError("--image is empty: give an image reference to test (e.g. ascend/sglang:tag), or leave "
+                             "--image out to test the selection's images")
+    if not images:
+        plan, _ = build_selection(sel, flags, input_flags, out, work_dir=work_dir, namespace=namespace,
+                                  stage_cache=stage_cache)
+        images = [plan.top(v).tag for v in sel.variants()]
+    from ascend_images.builder.engine import connect
+    from ascend_images.release.imagemeta import present
+
+    client = connect()
+    results = []
+    for image in images:
+        present(client, image)  # pushed by a builder of its own: read from its registry
+        out(f"testing {image}")
+        results.append(run_image_suite(image, work_dir))
+    out(f"\n{'image':90} {'passed':>6} {'failed':>6} {'skipped':>7}")
+    for r in results:
+        out(f"{r.image:90} {r.passed:6} {len(r.failed):6} {r.skipped:7}")
+        for name in r.failed:
+            out(f"    FAILED {name}")
+    return results
