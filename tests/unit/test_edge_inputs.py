@@ -55,6 +55,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
                                                  "doubles it makes in build/demo-inputs"),
     (["build", "--demo", "--fetch"], "--fetch has no effect here: --demo builds from the test doubles"),
     (["test", "--ci"], "--device a3 has no effect here: --ci builds matrix.yaml's ci.test from the test doubles"),
+    (["test", "--full"], "--full has no effect here: --full chooses the tier of --ci's test run; give --ci with it"),
     (["bench", "--runs", "0"], "--runs 0: expected a whole number from 1 to 10000"),
     (["run", "--print", "--format", "k8s", "--image", "x", "--replicas", "-5"],
      "--replicas -5: expected a whole number from 0 to 10000"),

@@ -73,8 +73,10 @@ def ci_build(root: Path = ROOT) -> DoubleBuild:
                        InputFlags(ca_bundle=str(out / "ca-bundle.pem"), netrc=str(out / "netrc")), CI_NAMESPACE)
 
 
-def run_test_suite(root: Path = ROOT) -> int:
-    """Every test against the images just built, with nothing skipped but tests/npu (CI=true); pytest's exit code."""
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", CI_WORKERS]
+def run_test_suite(root: Path = ROOT, *, full: bool = False) -> int:
+    """The tests against the images just built, with nothing skipped but tests/npu (CI=true): every change's tier, or
+    with `full` also the proofs marked `full` (whole emulated chains); pytest's exit code."""
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", CI_WORKERS, *([] if full else
+                                                                                          ["-m", "not full"])]
     print(f"running the tests: {' '.join(argv[1:])} (CI=true)", flush=True)
     return subprocess.run(argv, cwd=root, env={**os.environ, "CI": "true"}, check=False).returncode

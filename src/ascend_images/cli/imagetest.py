@@ -20,19 +20,24 @@ Out = Callable[[str], None]
       help={"image": "test this existing image (repeatable)", "namespace": BUILD_HELP["namespace"],
             "work_dir": BUILD_HELP["work_dir"], "stage_cache": BUILD_HELP["stage_cache"],
             "ci": "build matrix.yaml's ci.test from test doubles (one bake), then run every test of this checkout "
-                  "with nothing skipped but tests/npu: what CI runs"},
+                  "with nothing skipped but tests/npu: what CI runs",
+            "full": "with --ci, the full tier: also the proofs on whole emulated chains (tests marked full), as the "
+                    "nightly and release jobs run"},
       iterable=["image"])
-def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, stage_cache=None, ci=False):
+def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, stage_cache=None, ci=False,
+         full=False):
     """Build what is missing, then run the image test suite against each image of the selection."""
     from ascend_images.cli.options import env_flag
 
+    if full and not ci:
+        run_body(refuse_moot, {"--full": True}, "--full chooses the tier of --ci's test run; give --ci with it")
     if ci:
         run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--image": image,
                                "--namespace": namespace, "--work-dir": work_dir, "--stage-cache": stage_cache,
                                **given_flags(sources, inputs)},
                  "--ci builds matrix.yaml's ci.test from the test doubles and runs every test as CI does; leave it "
                  "out, or leave --ci out to test the selection's images")
-        exit_with(run_body(test_ci, print))
+        exit_with(run_body(test_ci, print, full=full))
     if image:  # the images are tested as they are: nothing is selected or built
         run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--namespace": namespace,
                                "--stage-cache": stage_cache, **given_flags(sources, inputs)},
@@ -45,8 +50,9 @@ def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, sta
     exit_with(0 if all(r.ok for r in results) else 1)
 
 
-def test_ci(out: Out) -> int:
-    """`invoke test --ci`: CI's images built from the doubles, then the whole test suite; pytest's exit code."""
+def test_ci(out: Out, *, full: bool = False) -> int:
+    """`invoke test --ci`: CI's images built from the doubles, then the test suite (with `full`, the full tier);
+    pytest's exit code."""
     from ascend_images.checkout import ROOT
     from ascend_images.cli.doubles import CI_WORK_DIR, ci_build, run_test_suite
 
@@ -54,7 +60,7 @@ def test_ci(out: Out) -> int:
     made.inputs.check()
     build_selection(Selection(), made.sources, made.inputs, out, work_dir=ROOT / CI_WORK_DIR,
                     namespace=made.namespace, ci="test")
-    return run_test_suite()
+    return run_test_suite(full=full)
 
 
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],

@@ -1,0 +1,44 @@
+"""The test suite's two tiers: every change runs what is not marked `full`; `invoke test --ci --full` runs it all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ascend_images.cli.doubles import run_test_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+# written out by hand: the proofs on whole emulated chains that a smaller test shows on every change
+FULL_ONLY = {
+    "tests/integration/test_reproducible.py::test_every_stage_of_a_chain_is_the_same_on_a_second_empty_engine",
+    "tests/integration/test_bake.py::test_the_documented_ci_recipe_runs_as_written_against_a_registry",
+}
+
+
+def collected(*extra: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *extra,
+                          "tests/integration/test_reproducible.py", "tests/integration/test_bake.py"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return {line for line in out.splitlines() if "::" in line}
+
+
+def test_the_every_change_tier_leaves_out_exactly_the_full_proofs():
+    everything = collected()
+    every_change = collected("-m", "not full")
+    assert FULL_ONLY <= everything
+    assert everything - every_change == FULL_ONLY
+    assert len(every_change) >= 4  # the small reproducibility and bake tests stay in every change's tier
+
+
+def test_the_suite_runs_the_full_tier_only_when_asked(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n    full: heavy\n")
+    (tmp_path / "test_two.py").write_text(
+        "import pathlib, pytest\n"
+        "def test_small():\n    (pathlib.Path(__file__).parent / 'small.ran').write_text('')\n"
+        "@pytest.mark.full\n"
+        "def test_heavy():\n    (pathlib.Path(__file__).parent / 'heavy.ran').write_text('')\n")
+    assert run_test_suite(tmp_path) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.ran")) == ["small.ran"]
+    assert run_test_suite(tmp_path, full=True) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.ran")) == ["heavy.ran", "small.ran"]
