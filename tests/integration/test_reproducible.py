@@ -159,7 +159,7 @@ def proof_record(docker_client, digests: dict[str, str]) -> Path:
     return host_cache("test") / "reproduced" / f"{digest.hexdigest()[:24]}.json"
 
 
-@pytest.mark.full  # a whole emulated chain; the fleet test shows the digests on a small one
+@pytest.mark.full  # a whole emulated chain; the tests above show the same image from the same inputs on small ones
 def test_every_stage_of_a_chain_is_the_same_on_a_second_empty_engine(request, docker_client, ci_build, work_dir,
                                                                      build_secrets):
     """CI's SGLang image checked by `invoke rebuild` as a user checks a published image: its revision (a worktree of
