@@ -10,8 +10,8 @@ import zipfile
 
 import pytest
 
-from ascend_images.bench.install import _NATIVE_LINE
 from ascend_images.stages.contexts import PYTHON_PREFIX
+from dev.bench.install import _NATIVE_LINE
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SITE = f"/out{PYTHON_PREFIX}/lib/python3.11/site-packages"

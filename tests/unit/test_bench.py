@@ -5,8 +5,8 @@ from typing import ClassVar
 
 import pytest
 
-from ascend_images.bench.run import PHASES, TARGETS, table, verdicts
 from ascend_images.console import Steps
+from dev.bench.run import PHASES, TARGETS, table, verdicts
 from tests.conftest import ROOT
 
 
@@ -59,9 +59,9 @@ def test_each_variant_alone_is_built_under_tags_of_its_own():
     and the no-op rebuild that follows would rebuild every child of them (it did: the vLLM stage, 12 min)."""
     from types import SimpleNamespace
 
-    from ascend_images.bench.run import _plan, alone_namespace
-    from ascend_images.bench.setup import BenchSetup
     from ascend_images.inputs.sources import CannSource
+    from dev.bench.run import _plan, alone_namespace
+    from dev.bench.setup import BenchSetup
 
     settings = SimpleNamespace(sources=SimpleNamespace(cann=CannSource("url", strict=False)))
     selection = {"device": "a3", "backend": "vllm,sglang", "release": "cann8.5.0-pt2.8.0", "arch": "aarch64"}
@@ -79,11 +79,11 @@ def test_each_variant_alone_is_built_under_tags_of_its_own():
 def test_the_incremental_matrix_keeps_the_locks_beside_it(tmp_path):
     """The incremental step's matrix (one env default changed) lives in a directory of its own; a backend variant
     of it must still find its lock (the first A3 vLLM + SGLang bench stopped there: no lock beside the copy)."""
-    from ascend_images.bench.run import matrix_with_env_default
     from ascend_images.inputs.lockspec import load_lock
     from ascend_images.matrix.envs import effective_env
     from ascend_images.matrix.model import load_matrix
     from ascend_images.matrix.selection import select
+    from dev.bench.run import matrix_with_env_default
 
     changed = matrix_with_env_default(ROOT / "matrix.yaml", tmp_path, "a3", "SOC_VERSION", "Ascend910_9391x")
     matrix = load_matrix(changed)
@@ -195,11 +195,11 @@ def fake_bench(monkeypatch, tmp_path):
     30 s and takes every stage from the cache, any other build 6 s and takes every stage from the cache."""
     from types import SimpleNamespace
 
-    import ascend_images.bench.fleet as bench_fleet
-    import ascend_images.bench.run as bench
-    from ascend_images.bench.setup import STEPS, BenchSetup
+    import dev.bench.fleet as bench_fleet
+    import dev.bench.run as bench
     from ascend_images.builder.build import BuildSettings, StageResult
     from ascend_images.inputs.sources import CannSource
+    from dev.bench.setup import STEPS, BenchSetup
 
     clock = [0.0]
     fleet_client = FakeClient([{"Id": "theirs", "RepoTags": ["someone/else:1"]}])
@@ -264,7 +264,7 @@ def fake_bench(monkeypatch, tmp_path):
 
 
 def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
-    from ascend_images.bench.run import run_bench
+    from dev.bench.run import run_bench
 
     result = run_bench(fake_bench.setup(), runs=1, measure_alone=False)
     assert not FakeEngine.made and not fake_bench.loaded
@@ -281,8 +281,8 @@ def test_run_bench_skips_the_fleet_phase_without_a_stage_cache(fake_bench):
 def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
     """Only the cold build of the selection pushes to the cache; the fleet build runs the same plan on the second
     engine with the cache, after only the OS image was loaded there; the engine is stopped afterwards."""
-    from ascend_images.bench.fleet import fleet_inputs
-    from ascend_images.bench.run import run_bench, table
+    from dev.bench.fleet import fleet_inputs
+    from dev.bench.run import run_bench, table
 
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
     cold, *rest = fake_bench.builders
@@ -307,7 +307,7 @@ def test_run_bench_measures_the_fleet_build_on_a_scratch_engine(fake_bench):
 def test_the_rebuild_warm_and_pull_phases_build_as_they_say(fake_bench):
     """The rebuild is a second cold build (BuildKit's cache ignored), the warm build takes BuildKit's cache, neither
     touches the stage cache; the pull phase gets the selection's images."""
-    from ascend_images.bench.run import run_bench, table
+    from dev.bench.run import run_bench, table
 
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
     cold, rebuild, warm, *_ = fake_bench.builders
@@ -323,8 +323,8 @@ def test_the_rebuild_warm_and_pull_phases_build_as_they_say(fake_bench):
 
 
 def test_a_rebuild_to_another_digest_names_the_stages_and_misses_the_target():
-    from ascend_images.bench.run import rebuild_figures
     from ascend_images.builder.build import StageResult
+    from dev.bench.run import rebuild_figures
 
     def results(*ids):
         return [StageResult(f"ns/s:{n}", "base", "built", i, 1.0, None, "") for n, i in enumerate(ids)]
@@ -340,8 +340,8 @@ def test_a_rebuild_to_another_digest_names_the_stages_and_misses_the_target():
 
 
 def test_a_failed_fleet_build_is_a_finding_and_the_engine_still_goes(fake_bench):
-    from ascend_images.bench.run import run_bench
     from ascend_images.errors import BuildError
+    from dev.bench.run import run_bench
 
     fake_bench.fail = BuildError("[1/4 base] x failed at step 3")
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache"), runs=1, measure_alone=False)
@@ -355,7 +355,7 @@ def test_a_failed_fleet_build_is_a_finding_and_the_engine_still_goes(fake_bench)
 def test_a_fleet_engine_of_ones_own_is_left_as_it_was(fake_bench):
     """--fleet-engine: no scratch engine; what the phase put there (the OS image, the pulled stages and their cache
     tags) is removed afterwards, what the engine held before stays."""
-    from ascend_images.bench.run import run_bench
+    from dev.bench.run import run_bench
 
     result = run_bench(fake_bench.setup(stage_cache="localhost:5000/cache", fleet_engine="tcp://fleet:2375"),
                        runs=1, measure_alone=False)
@@ -368,8 +368,8 @@ def test_a_fleet_engine_of_ones_own_is_left_as_it_was(fake_bench):
 def test_what_would_stop_the_fleet_phase_stops_the_bench_before_the_cold_build(fake_bench, monkeypatch, tmp_path):
     import os
 
-    import ascend_images.bench.fleet as bench_fleet
-    import ascend_images.bench.run as bench
+    import dev.bench.fleet as bench_fleet
+    import dev.bench.run as bench
     from ascend_images.builder import scratch_engine
     from ascend_images.builder.scratch_engine import ScratchEngineError
     from ascend_images.errors import SelectionError
@@ -406,7 +406,7 @@ def test_a_scratch_engine_needs_root(monkeypatch, tmp_path):
 
 # --- downloads, the install phase and --only --------------------------------------------------------------------------
 def test_downloads_are_each_once_when_the_fetches_equal_the_distinct_files(tmp_path):
-    from ascend_images.bench.run import downloads
+    from dev.bench.run import downloads
 
     store = tmp_path / "store"
     for key in ("a" * 64, "b" * 64, "c" * 64):
@@ -448,7 +448,7 @@ def test_phases_not_run_are_not_measured_and_not_shown():
     (None, PHASES), ("install", ("install",)), ("install, cold,noop", ("cold", "noop", "install")),
 ])
 def test_only_picks_phases_in_the_bench_order(only, expected):
-    from ascend_images.cli.benchmark import bench_phases
+    from dev.benchmark import bench_phases
 
     assert bench_phases(only) == expected
 
@@ -460,8 +460,8 @@ def test_only_picks_phases_in_the_bench_order(only, expected):
     ("install,", "--only 'install,': '' is not a phase"),
 ])
 def test_only_refuses_what_it_cannot_run(only, message):
-    from ascend_images.cli.benchmark import bench_phases
     from ascend_images.errors import SelectionError
+    from dev.benchmark import bench_phases
 
     with pytest.raises(SelectionError) as caught:
         bench_phases(only)
@@ -469,7 +469,7 @@ def test_only_refuses_what_it_cannot_run(only, message):
 
 
 def test_the_install_phase_measures_the_backend_stage_over_its_parent_with_its_installer(fake_bench, monkeypatch):
-    import ascend_images.bench.run as bench
+    import dev.bench.run as bench
 
     seen = {}
 
@@ -499,8 +499,8 @@ def test_the_install_phase_measures_the_backend_stage_over_its_parent_with_its_i
 
 def test_the_only_flags_help_names_every_phase():
     """--help is where a user learns the phases: each one the bench runs is named there."""
-    from ascend_images.bench.run import PHASES
-    from ascend_images.cli.benchmark import bench
+    from dev.bench.run import PHASES
+    from dev.benchmark import bench
 
     text = bench.help["only"]
     assert [phase for phase in PHASES if phase not in text] == []
@@ -509,7 +509,7 @@ def test_the_only_flags_help_names_every_phase():
 def test_the_fleet_build_runs_buildx_on_the_fleet_engine(monkeypatch):
     """buildx builds where DOCKER_HOST (or DOCKER_CONTEXT) points, not where the builder's client does: during the
     fleet build they name the fleet engine, and afterwards the bench's own again."""
-    from ascend_images.bench.fleet import _builds_on
+    from dev.bench.fleet import _builds_on
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/bench.sock")
     monkeypatch.setenv("DOCKER_CONTEXT", "farm")

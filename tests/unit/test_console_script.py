@@ -76,10 +76,12 @@ def test_a_copy_without_its_checkout_says_how_to_install(tmp_path):
                                                                  "checkout)"), version.stdout + version.stderr
 
 
-def test_the_same_tasks_as_invoke():
+def test_the_same_tasks_as_invoke_but_the_maintainers():
     ours = json.loads(ascend_images("--list", "--list-format=json").stdout)
     theirs = json.loads(invoke("--list", "--list-format=json").stdout)
-    assert sorted(t["name"] for t in ours["tasks"]) == sorted(t["name"] for t in theirs["tasks"])
+    # a checkout's invoke adds dev/'s tasks, written out here; the installed command has none of them
+    assert sorted(t["name"] for t in theirs["tasks"]) == sorted([t["name"] for t in ours["tasks"]] + ["bench",
+                                                                                                      "ci-costs"])
     assert len(ours["tasks"]) > 15
 
 

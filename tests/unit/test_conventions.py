@@ -166,8 +166,8 @@ def test_the_task_list_never_cuts_a_sentence(program):
     assert len(listed) > 15
     for name, help_text in listed.items():
         assert help_text.endswith("."), (name, help_text)  # a whole sentence
-    assert listed["bench"] == ("Measure cold, rebuild-to-same-digest, warm and fleet builds, gzip and zstd pulls, "
-                               "no-op and incremental builds, sizes, dive efficiency and start-up cost.")
+    assert listed["build"] == ("Build the selection's images: one `docker buildx bake` of its stages, on any BuildKit "
+                               "builder.")
 
 
 # --- errors name the flag the user typed ---------------------------------------------------------------------------

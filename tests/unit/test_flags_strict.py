@@ -105,4 +105,5 @@ def test_dockers_tty_letter_alone(program):
 
 @both
 def test_a_value_that_looks_like_a_number_is_still_a_value(program):
-    refused(program, ["bench", "--device", "a9", "--runs", "-1"], "--runs -1: expected a whole number")
+    refused(program, ["run", "--print", "--format", "k8s", "--image", "a/b:1", "--replicas", "-1"],
+            "--replicas -1: expected a whole number")

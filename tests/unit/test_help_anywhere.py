@@ -81,7 +81,7 @@ def script(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("argv", [["publish", "--help"], ["sbom", "registry.example/x:1", "-h"],
-                                  ["diff", "a", "--help", "b"], ["ci-costs", "-h"]])
+                                  ["diff", "a", "--help", "b"]])
 def test_the_installed_commands_agree(script, tmp_path, argv):
     """The real entry points, as a shell starts them: the console script and `python -m invoke`."""
     listener = Listener()

@@ -13,8 +13,8 @@ IMAGE = "reg.example/ai/img:1"
 
 @pytest.fixture(autouse=True)
 def no_engine(monkeypatch):
-    """Were a refusal to regress, the task would run: against no engine, with a device the matrix lacks (build and
-    bench), it stops at once instead of building."""
+    """Were a refusal to regress, the task would run: against no engine, with a device the matrix lacks (build), it
+    stops at once instead of building."""
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
 
 
@@ -35,7 +35,6 @@ def no_engine(monkeypatch):
      "error: --host-root /srv/host has no effect here"),
     (["build", "--device", "a9", "--stage-cache-read-only"],
      "error: --stage-cache-read-only has no effect here: it says how the stage cache is used, and none is named"),
-    (["bench", "--device", "a9", "--stage-cache-read-only"], "error: --stage-cache-read-only has no effect here"),
     (["render", "--check", "--out", "build/x"], "error: --out build/x has no effect here: --check and --update"),
     (["render", "--update", "--namespace", "team-x"], "error: --namespace team-x has no effect here"),
     (["render", "--check", "--cann-source", "url"], "error: --cann-source url has no effect here"),
@@ -44,7 +43,7 @@ def no_engine(monkeypatch):
     (["test", "--image", IMAGE, "--stage-cache", "r.example/cache"], "error: --stage-cache r.example/cache has no"),
 ], ids=["format-without-print", "replicas-without-k8s", "replicas-0-without-k8s", "namespace-with-image",
         "backend-with-image", "release-with-image", "driver-mounts-runtime", "host-root-runtime", "read-only-build",
-        "read-only-bench", "render-check-out", "render-update-namespace", "render-check-source", "test-image-device",
+        "render-check-out", "render-update-namespace", "render-check-source", "test-image-device",
         "test-image-offline", "test-image-stage-cache"])
 def test_refused(program, argv, start):
     code, out, err = program(argv)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from invoke import Collection
 
-from ascend_images.cli import benchmark, build, cicosts, imagetest, inputs, lint, readme, rebuild, release, run
+from ascend_images.cli import build, imagetest, inputs, lint, readme, rebuild, release, run
 
-AREAS = (build, imagetest, run, inputs, release, rebuild, benchmark, cicosts, lint, readme)
+AREAS = (build, imagetest, run, inputs, release, rebuild, lint, readme)
 
 
 def tasks() -> Collection:

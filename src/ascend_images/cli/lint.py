@@ -43,7 +43,7 @@ def lint(sel: Selection, out: Out, work_dir: Path, ruff: bool = True, steps: Ste
     status = 0
     if ruff:
         with steps.step("ruff"):
-            result = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "tasks.py"],
+            result = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "dev", "tests", "tasks.py"],
                                     cwd=PROJECT_ROOT, capture_output=True, text=True)
         out(f"ruff: {'clean' if result.returncode == 0 else 'FINDINGS'}")
         if result.returncode:

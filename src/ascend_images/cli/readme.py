@@ -109,18 +109,12 @@ def flags(matrix: Matrix, root: Path) -> str:
     return "\n".join(lines)
 
 
-def ci_costs(matrix: Matrix, root: Path) -> str:
-    from ascend_images.cli.cicosts import costs_table
-
-    return costs_table(root)
-
-
 SECTIONS: dict[str, Callable[[Matrix, Path], str]] = {"defaults": defaults, "releases": releases, "locks": locks,
-                                                      "rendered": rendered, "flags": flags, "ci-costs": ci_costs}
+                                                      "rendered": rendered, "flags": flags}
 # what each section says, for the line that says it drifted (the command line's sections: cli/clidoc.py)
 SOURCES = {"defaults": "the matrix", "releases": "the matrix", "locks": "locks/", "rendered": "rendered/",
            "flags": "the command line",
-           "ci-costs": "ci-costs.json", "program": "the command line", "tasks": "the command line",
+           "program": "the command line", "tasks": "the command line",
            "exit-codes": "the command line"}
 DOCS = "docs"
 OPEN = re.compile(r"<!-- generated:(?P<name>[a-z-]+) -->")

@@ -1,5 +1,5 @@
-"""`invoke ci-costs`: what each CI image cost a run of README's test command, recorded in `ci-costs.json` for the
-generated table of docs/tests.md (issue: CI inside its budget; `invoke readme` writes it wherever its markers are).
+"""`invoke ci-costs`, a maintainers' task: what each CI image cost a run of README's test command, recorded in
+dev/ci-costs.json, with its table in dev/ci-costs.md.
 The CI build's report (build/test/ci/build-report.json: each stage's status and time in the one bake) and the test
 session's record of each image's checks (build/test/main/ci-costs.json) are added up per entry of matrix.yaml's
 ci.test, cold (an empty engine) or warm (the engine and its BuildKit cache holding the images), beside the run's
@@ -22,7 +22,7 @@ from ascend_images.errors import SelectionError
 
 Out = Callable[[str], None]
 RUNS = ("cold", "warm")
-BUDGET_MINUTES = {"cold": 30, "warm": 10}  # CI's budget for a run (issue 61; its hard limit is 90)
+RECORD = "dev/ci-costs.json"
 
 
 def add_up(results: Path, matrix_path: Path | None = None) -> dict[str, Any]:
@@ -64,13 +64,16 @@ def add_up(results: Path, matrix_path: Path | None = None) -> dict[str, Any]:
 @task(name="ci-costs", help={"run": "cold (the run started from an empty engine) or warm (the engine held the images)",
                              "seconds": "the run's wall time, as .ci/run printed it ([ci] pytest exit N after Ss)",
                              "results": "where the test session wrote its ci-costs.json files (default build/test)",
-                             "file": "the record to update (default: the project's ci-costs.json)"})
+                             "file": f"the record to update (default: the project's {RECORD}); its table is "
+                                     "written beside it (.md)"})
 def ci_costs(c, run, seconds, results=None, file=None):
-    """Record what each CI image cost a run of README's test command, for docs/tests.md's table (`invoke readme`)."""
+    """Record what each CI image cost a run of README's test command, and write the table of the runs recorded."""
     run_body(checked_run, run)
     wall = run_body(whole_number, "--seconds", seconds, 1, 90 * 60 * 10)
     source = run_body(checked_path, "--results", project_path(results, "build/test"), "dir")
-    run_body(record, run, wall, source, Path(project_path(file, "ci-costs.json")), print)
+    path = Path(project_path(file, RECORD))
+    run_body(record, run, wall, source, path, print)
+    path.with_suffix(".md").write_text(f"# What each CI image cost\n\n{costs_table(path)}\n", encoding="utf-8")
 
 
 def checked_run(run: str) -> str:
@@ -95,9 +98,8 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
-def costs_table(root: Path = PROJECT_ROOT) -> str:
-    """The table of the CI images (docs/tests.md) and what each cost the recorded cold and warm runs."""
-    path = root / "ci-costs.json"
+def costs_table(path: Path = PROJECT_ROOT / RECORD) -> str:
+    """The table of the CI images and what each cost the recorded cold and warm runs."""
     if not path.is_file():
         return "No CI run recorded yet (`invoke ci-costs --run cold --seconds N` after one)."
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -119,6 +121,6 @@ def costs_table(root: Path = PROJECT_ROOT) -> str:
     lines.append("")
     for r in runs:
         run = data[r]
-        lines.append(f"- {r} run: **{_minutes(run['wall_s'])}** of `.ci/run` (budget {BUDGET_MINUTES[r]} min), "
-                     f"commit {run['commit'][:12]}, {run['date']}")
+        lines.append(f"- {r} run: **{_minutes(run['wall_s'])}** of `.ci/run`, commit {run['commit'][:12]}, "
+                     f"{run['date']}")
     return "\n".join(lines)

@@ -32,14 +32,14 @@ from typing import Any
 import docker
 import yaml
 
-from ascend_images.bench.fleet import FLEET_FRACTION_MAX, check_fleet, fleet_row, fleet_verdict, measure_fleet
-from ascend_images.bench.install import NATIVE_FRACTION_MAX, measure_import, measure_install
-from ascend_images.bench.setup import BenchSetup
 from ascend_images.builder.build import Builder, StageResult
 from ascend_images.matrix.model import Variant, load_matrix
 from ascend_images.matrix.selection import select
 from ascend_images.stages.plan import BuildPlan, PlanOptions, make_plan
 from ascend_images.tools import which
+from dev.bench.fleet import FLEET_FRACTION_MAX, check_fleet, fleet_row, fleet_verdict, measure_fleet
+from dev.bench.install import NATIVE_FRACTION_MAX, measure_import, measure_install
+from dev.bench.setup import BenchSetup
 
 Out = Callable[[str], None]
 TARGETS = {
@@ -256,7 +256,7 @@ def rebuild_figures(first: list[StageResult], again: list[StageResult], seconds:
 def measure_pulls(setup: BenchSetup, tags: list[str]) -> dict[str, Any]:
     """Each image pushed to the stage cache's registry twice, its layers gzip (as the engine holds them) and zstd,
     then pulled into an empty engine (a scratch dockerd) one after the other: seconds and compressed bytes each."""
-    from ascend_images.bench.fleet import pull_figures
+    from dev.bench.fleet import pull_figures
 
     return pull_figures(setup, tags)
 

@@ -63,7 +63,7 @@ def bench(c, sel, sources, inputs, namespace="ascend-images-bench", work_dir=Non
 def bench_phases(only: str | None) -> tuple[str, ...]:
     """--only's phases in the bench's order, checked: each one known, and the cold build there for those measured
     against it."""
-    from ascend_images.bench.run import NEEDS_COLD, PHASES
+    from dev.bench.run import NEEDS_COLD, PHASES
 
     if only is None:
         return PHASES
@@ -84,10 +84,10 @@ def bench_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
           fleet_engine: str | None = None, phases: tuple[str, ...] | None = None) -> dict:
     """`invoke bench`; with a stage cache, the cold build pushes there and the fleet build (a second, empty engine:
     a scratch dockerd here, or `fleet_engine`) is measured pulling from it."""
-    from ascend_images.bench.run import PHASES, phase_steps, run_bench, table
-    from ascend_images.bench.setup import BenchSetup
     from ascend_images.builder.build import BuildSettings, source_date
     from ascend_images.builder.engine import connect, image_exists
+    from dev.bench.run import PHASES, phase_steps, run_bench, table
+    from dev.bench.setup import BenchSetup
 
     matrix = sel.load()
     variants = sel.variants(matrix)
