@@ -49,7 +49,6 @@ def checkout_copy(into: Path) -> Path:
     return into
 
 
-@pytest.mark.full  # a whole emulated chain pushed; test_builders pushes a small one
 def test_the_documented_ci_recipe_runs_as_written_against_a_registry(docker_client, fake_cann_dir, os_image,
                                                                      os_image_amd64, registry,
                                                                      tmp_path):
