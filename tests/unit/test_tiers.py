@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ascend_images.cli.doubles import run_test_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,3 +46,24 @@ def test_the_suite_runs_the_full_tier_only_when_asked(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.ran")) == ["small.ran"]
     assert run_test_suite(tmp_path, full=True) == 0
     assert sorted(p.name for p in tmp_path.glob("*.ran")) == ["heavy.ran", "small.ran"]
+
+
+@pytest.mark.parametrize(("suite_code", "argv"), [(0, ["test", "--ci"]), (1, ["test", "--ci"]),
+                                                  (0, ["test", "--ci", "--full"])])
+def test_test_ci_ends_with_the_suites_code_and_runs_nothing_else(monkeypatch, suite_code, argv):
+    """`invoke test --ci` is the suite's run and nothing more: a passing suite must not go on to build and test the
+    default selection (it did, and failed CI for a CANN file the doubles do not name)."""
+    import ascend_images.cli.imagetest as imagetest
+    from ascend_images.cli.collection import tasks
+    from ascend_images.cli.program import AscendImagesProgram
+
+    tiers = []
+    monkeypatch.setattr(imagetest, "test_ci", lambda out, full=False: tiers.append(full) or suite_code)
+    monkeypatch.setattr(imagetest, "run_image_tests", lambda *a, **k: pytest.fail("the selection was tested too"))
+    program = AscendImagesProgram(name="ascend-images", binary="ascend-images", namespace=tasks(), version="test")
+    try:
+        program.run(["ascend-images", *argv])
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    assert (code, tiers) == (suite_code, ["--full" in argv])

@@ -38,6 +38,7 @@ def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, sta
                  "--ci builds matrix.yaml's ci.test from the test doubles and runs every test as CI does; leave it "
                  "out, or leave --ci out to test the selection's images")
         exit_with(run_body(test_ci, print, full=full))
+        return  # all passed: the selection's image tests below are not what --ci runs
     if image:  # the images are tested as they are: nothing is selected or built
         run_body(refuse_moot, {**{f"--{k}": getattr(sel, k) for k in sel.narrows()}, "--namespace": namespace,
                                "--stage-cache": stage_cache, **given_flags(sources, inputs)},
