@@ -84,10 +84,11 @@ STACK_CHECKS = ["-k", "torch_npu_loads or cann_env_is_upstreams or cann_layout_i
                 "or test_labels"]
 
 
-def failed_stack_checks(docker_client, tag: str, work_dir) -> set[str]:
-    """The stack checks that fail on the broken image `tag` (removed afterwards); some must still pass."""
+def failed_checks(docker_client, tag: str, work_dir, checks: list[str] = STACK_CHECKS) -> set[str]:
+    """The checks (the stack's unless named) that fail on the broken image `tag` (removed afterwards); some must
+    still pass."""
     try:
-        result = run_image_suite(tag, work_dir, STACK_CHECKS)
+        result = run_image_suite(tag, work_dir, checks)
     finally:
         docker_client.images.remove(tag, force=True)
     assert result.passed > 0
@@ -101,7 +102,7 @@ def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_bas
     assert len(kept) < len(env["LD_LIBRARY_PATH"].split(":"))
     tag = derived(docker_client, stack_base, "ascend-images-test/broken-libpath:latest",
                   f"ENV LD_LIBRARY_PATH={':'.join(kept)}\n", tmp_path)
-    failed = failed_stack_checks(docker_client, tag, work_dir)
+    failed = failed_checks(docker_client, tag, work_dir)
     assert {"test_torch_npu_loads_and_sees_no_npu", "test_cann_env_is_upstreams"} <= failed, sorted(failed)
     assert not {"test_torch_and_torch_npu_pins", "test_pip_check", "test_cann_layout_is_upstreams"} & failed
 
@@ -118,7 +119,7 @@ def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, 
     tag = derived(docker_client, stack_base, "ascend-images-test/broken-torch-npu:latest",
                   f"COPY {wheel.file} /tmp/\nRUN PIP_CONSTRAINT= pip install --no-cache-dir --no-compile --no-deps "
                   f"/tmp/{wheel.file} && rm /tmp/{wheel.file}\n", tmp_path)
-    failed = failed_stack_checks(docker_client, tag, work_dir)
+    failed = failed_checks(docker_client, tag, work_dir)
     assert {"test_torch_npu_loads_and_sees_no_npu", "test_torch_and_torch_npu_pins", "test_pip_check"} <= failed
     assert not {"test_cann_env_is_upstreams", "test_cann_layout_is_upstreams", "test_labels"} & failed
 
@@ -131,12 +132,9 @@ def test_an_allocator_that_does_not_load_is_caught(docker_client, ci_images, wor
     assert env["LD_PRELOAD"].endswith("/libjemalloc.so.2")
     tag = derived(docker_client, serving, "ascend-images-test/broken-allocator:latest",
                   f"ENV LD_PRELOAD={env['LD_PRELOAD'][:-2]}.1\n", tmp_path)
-    try:
-        result = run_image_suite(tag, work_dir, ["-k", "allocator or test_labels or test_pip_check"])
-    finally:
-        docker_client.images.remove(tag, force=True)
-    assert {"test_allocator_is_preloaded", "test_tools_work_with_the_allocator_preloaded"} <= set(result.failed)
-    assert not {"test_labels", "test_pip_check"} & set(result.failed), result.failed
+    failed = failed_checks(docker_client, tag, work_dir, ["-k", "allocator or test_labels or test_pip_check"])
+    assert {"test_allocator_is_preloaded", "test_tools_work_with_the_allocator_preloaded"} <= failed
+    assert not {"test_labels", "test_pip_check"} & failed, failed
 
 
 def test_a_gap_no_lock_header_explains_is_caught(docker_client, ci_images, work_dir, tmp_path):
@@ -174,9 +172,7 @@ def test_another_devices_vllm_ascend_build_is_caught(docker_client, ci_images, w
     a2_record = "# Auto-generated file\\n__device_type__ = 'A2'\\n"
     tag = derived(docker_client, a3, "ascend-images-test/broken-device-build:latest",
                   f"RUN printf \"{a2_record}\" >\"$({where})/_build_info.py\"\n", tmp_path)
-    try:
-        result = run_image_suite(tag, work_dir, ["-k", "device_check or test_backend_loads or test_labels"])
-    finally:
-        docker_client.images.remove(tag, force=True)
-    assert "test_vllm_ascends_own_device_check_passes_on_the_images_chip_only" in result.failed, result.failed
-    assert not {"test_backend_loads", "test_labels"} & set(result.failed), result.failed
+    failed = failed_checks(docker_client, tag, work_dir,
+                           ["-k", "device_check or test_backend_loads or test_labels"])
+    assert "test_vllm_ascends_own_device_check_passes_on_the_images_chip_only" in failed, failed
+    assert not {"test_backend_loads", "test_labels"} & failed, failed
