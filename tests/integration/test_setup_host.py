@@ -232,6 +232,18 @@ def changed(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
     return {name: version for name, version in after.items() if before.get(name) != version}
 
 
+def packages_only(container, *, installs: bool = True) -> tuple[str, dict[str, str]]:
+    """scripts/setup-engine.sh --packages-only in `container`, which must succeed: what it said, and the packages
+    installed before it. Where it `installs`, the current engine is there afterwards and nothing was started."""
+    before = installed_packages(container)
+    code, said = sh(container, "bash scripts/setup-engine.sh --packages-only 2>&1")
+    assert code == 0, said[-3000:]
+    if installs:
+        assert_the_current_engine(container)
+        assert_nothing_started(container)
+    return said, before
+
+
 def assert_from_forky_only_the_engine(container, new: dict[str, str], host_suite: str) -> None:
     """Of what the install added or moved, forky gave the four engine packages and, beyond them, only what the
     host's suite does not have at all; libc6 and runc stay the host suite's (forky's runc needs glibc 2.38)."""
@@ -248,26 +260,20 @@ def assert_from_forky_only_the_engine(container, new: dict[str, str], host_suite
 
 
 def test_engine_packages_on_debian12_come_from_forky_and_nothing_else(debian_root):
-    before = installed_packages(debian_root)
-    code, said = sh(debian_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
-    assert code == 0, said[-3000:]
+    said, before = packages_only(debian_root)
     assert "Debian GNU/Linux 12 (bookworm) has docker.io 20.10" in said and "adding forky" in said, said
     assert "engine packages ready: dockerd 28." in said, said
-    assert_the_current_engine(debian_root)
-    assert_nothing_started(debian_root)
     after = installed_packages(debian_root)
     new = changed(before, after)
     assert not {name for name in new if name in before}, f"upgraded: {new}"  # a stock root: nothing upgraded
     assert_from_forky_only_the_engine(debian_root, new, "bookworm")
     # libc stays bookworm's (forky's engine needs >= 2.34; bookworm has 2.36)
-    code, said = sh(debian_root, "apt-cache policy libc6")
+    said = sh(debian_root, "apt-cache policy libc6")[1]
     assert re.search(r"Installed: 2\.36-", said) and after["libc6"] == before["libc6"], said
 
 
 def test_engine_packages_on_debian12_again_install_nothing(debian_root):
-    before = installed_packages(debian_root)
-    code, said = sh(debian_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
-    assert code == 0, said[-3000:]
+    said, before = packages_only(debian_root, installs=False)
     assert "engine kept: dockerd 28." in said and "apt-get" not in said, said
     assert installed_packages(debian_root) == before
 
@@ -275,14 +281,10 @@ def test_engine_packages_on_debian12_again_install_nothing(debian_root):
 def test_engine_packages_on_debian12_upgrade_its_own_old_engine(old_engine_root):
     """Bookworm's docker.io 20.10 is upgraded to forky's, saying so; its containerd with it, and the CLI and buildx
     added."""
-    code, said = sh(old_engine_root, "dockerd --version")
+    said = sh(old_engine_root, "dockerd --version")[1]
     assert said.startswith("Docker version 20.10."), said
-    before = installed_packages(old_engine_root)
-    code, said = sh(old_engine_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
-    assert code == 0, said[-3000:]
+    said, before = packages_only(old_engine_root)
     assert "upgrading this host's dockerd 20.10." in said, said
-    assert_the_current_engine(old_engine_root)
-    assert_nothing_started(old_engine_root)
     after = installed_packages(old_engine_root)
     new = changed(before, after)
     assert {name for name in new if name in before} == {"docker.io", "containerd"}, new
@@ -294,27 +296,19 @@ def test_engine_packages_replace_the_trixie_engine_an_earlier_setup_installed(tr
     """Below the floor now (26.1.5, BuildKit 0.13): upgraded to forky's, and the trixie source and pin the earlier
     set-up wrote are gone, so nothing more comes from trixie."""
     assert sh(trixie_engine_root, "dockerd --version")[1].startswith("Docker version 26.1."), "not trixie's engine"
-    before = installed_packages(trixie_engine_root)
-    code, said = sh(trixie_engine_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
-    assert code == 0, said[-3000:]
+    said, before = packages_only(trixie_engine_root)
     assert "upgrading this host's dockerd 26.1.5" in said and "removed trixie" in said, said
-    assert_the_current_engine(trixie_engine_root)
-    assert_nothing_started(trixie_engine_root)
     assert sh(trixie_engine_root, "ls /etc/apt/sources.list.d/ascend-images-trixie.sources "
                                   "/etc/apt/preferences.d/ascend-images-trixie")[0] != 0
-    after = installed_packages(trixie_engine_root)
-    assert set(changed(before, after)) >= FORKY_FOUR, changed(before, after)
-    assert_from_forky_only_the_engine(trixie_engine_root, changed(before, after), "bookworm")
+    new = changed(before, installed_packages(trixie_engine_root))
+    assert set(new) >= FORKY_FOUR, new
+    assert_from_forky_only_the_engine(trixie_engine_root, new, "bookworm")
 
 
 def test_engine_packages_on_debian13_come_from_forky_too(trixie_root):
     """Trixie's own docker.io is 26.1.5, below the floor: forky's, pinned, as on Debian 12."""
-    before = installed_packages(trixie_root)
-    code, said = sh(trixie_root, "bash scripts/setup-engine.sh --packages-only 2>&1")
-    assert code == 0, said[-3000:]
+    said, before = packages_only(trixie_root)
     assert "Debian GNU/Linux 13 (trixie) has docker.io 26." in said and "adding forky" in said, said
-    assert_the_current_engine(trixie_root)
-    assert_nothing_started(trixie_root)
     new = changed(before, installed_packages(trixie_root))
     assert not {name for name in new if name in before}, f"upgraded: {new}"
     assert_from_forky_only_the_engine(trixie_root, new, "trixie")
