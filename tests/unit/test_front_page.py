@@ -118,12 +118,13 @@ def test_a_long_or_late_command_is_found():
 
 
 def test_the_test_command_builds_what_the_test_session_reads():
-    """`invoke test --ci` builds CI's images where the session looks for them (tests/fixtures/ci_images), as the
-    session builds them itself when it finds none."""
+    """`invoke test --ci` builds CI's images where the session looks for them (tests/fixtures/ci_images takes the
+    places from it), as the session builds them itself when it finds none."""
     from ascend_images.cli.doubles import CI_INPUTS, CI_NAMESPACE, CI_WORK_DIR
-    from tests.fixtures.ci_images import INPUTS, NAMESPACE, WORK, build_command
+    from tests.fixtures.ci_images import build_command
 
-    assert (CI_INPUTS, CI_NAMESPACE, CI_WORK_DIR) == (INPUTS, NAMESPACE, WORK)
+    assert (Path("build/test/inputs"), "ascend-images-test",
+                                                      Path("build/test/ci")) == (CI_INPUTS, CI_NAMESPACE, CI_WORK_DIR)
     built = build_command()
     assert built[built.index("--namespace") + 1] == "ascend-images-test"
     assert built[built.index("--work-dir") + 1] == "build/test/ci"

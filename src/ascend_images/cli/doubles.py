@@ -76,7 +76,7 @@ def ci_build(root: Path = ROOT) -> DoubleBuild:
 def run_test_suite(root: Path = ROOT, *, full: bool = False) -> int:
     """The tests against the images just built, with nothing skipped but tests/npu (CI=true): every change's tier, or
     with `full` also the proofs marked `full` (whole emulated chains); pytest's exit code."""
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", CI_WORKERS, *([] if full else
-                                                                                          ["-m", "not full"])]
+    tier = [] if full else ["-m", "not full"]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", CI_WORKERS, *tier]
     print(f"running the tests: {' '.join(argv[1:])} (CI=true)", flush=True)
     return subprocess.run(argv, cwd=root, env={**os.environ, "CI": "true"}, check=False).returncode
