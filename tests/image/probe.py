@@ -122,7 +122,7 @@ NO_COMPILE_POOL = "env TORCHINDUCTOR_COMPILE_THREADS=1"
 
 # The module each package upstream's vLLM-Ascend image installs beside it provides (VA Dockerfile*:25-54 at v0.23.0:
 # ray, modelscope, vllm[audio]), written out by hand from the packages; Mooncake's engine is checked by its libraries
-# (test_image.py), as it needs CANN libraries the CANN test double does not carry
+# (test_device_build.py), as it needs CANN libraries the CANN test double does not carry
 IMAGE_PACKAGE_MODULES = {"ray": "ray", "modelscope": "modelscope", "av": "av", "soundfile": "soundfile",
                          "mistral-common": "mistral_common.audio"}
 
