@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
+import docker
 import pytest
 
 from ascend_images.builder.scratch_engine import ScratchEngine
@@ -21,8 +23,21 @@ def tags(engine: ScratchEngine) -> set[str]:
     return {t for image in engine.client().images.list() for t in image.tags}
 
 
+def build_cache(engine: ScratchEngine) -> list[dict]:
+    """The engine's build-cache records. dockerd 28.5's `system df` fails with NotFound when a build's transient
+    `-view` snapshot goes while it counts (a CI run met it right after a build); the count asked again is settled."""
+    for attempt in range(3):
+        try:
+            return engine.client().df().get("BuildCache") or []
+        except docker.errors.NotFound:
+            if attempt == 2:
+                raise
+            time.sleep(1)
+    raise AssertionError("unreachable")
+
+
 def build_cache_bytes(engine: ScratchEngine) -> int:
-    return sum(entry.get("Size", 0) for entry in engine.client().df().get("BuildCache") or [])
+    return sum(entry.get("Size", 0) for entry in build_cache(engine))
 
 
 # written out: the checkout's revision of the build definition as the test hands it to make_room, and another one
@@ -119,7 +134,7 @@ def test_a_prune_that_keeps_the_cache_mounts_keeps_what_they_hold_and_nothing_el
         assert build_cache_bytes(engine) > 25_000_000
         prune_build_cache(engine.host, keep_cache_mounts=True)
         # the 20 MB step is gone, the 5 MB mount stays (and the base's snapshot, which the image holds)
-        kinds = {entry["Type"] for entry in engine.client().df().get("BuildCache") or []}
+        kinds = {entry["Type"] for entry in build_cache(engine)}
         assert kinds == {"exec.cachemount"}, kinds
         assert "kept: wheel.whl" in build("second")
         prune_build_cache(engine.host, keep_cache_mounts=False)
