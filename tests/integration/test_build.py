@@ -95,32 +95,6 @@ def test_torch_and_torch_npu_versions(docker_client, ci_build):
         assert versions["torch-npu"] == variant.torch_npu
 
 
-def test_the_build_again_under_another_namespace_runs_no_step_and_gives_the_same_images(docker_client, ci_build):
-    """README's command 2's build, again, under another namespace (as a user's `--namespace registry.example.com/
-    ascend` after a first build): BuildKit takes every step from its cache, and every stage is the image it was,
-    digest for digest, now under both names. Nothing of ours looks the images up: one bake, its cache."""
-    import subprocess
-
-    from tests.conftest import remove_tags
-    from tests.fixtures.ci_images import NAMESPACE, build_command
-
-    other = f"{NAMESPACE}-renamed"
-    argv = build_command()
-    argv[argv.index("--namespace") + 1] = other
-    argv[argv.index("--work-dir") + 1] = "build/test/ci-renamed"
-    try:
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        made = re.findall(r"^\[\d+/\d+ \S+\] (\S+): (every step from a cache|built in)", done.stdout, re.M)
-        assert len(made) == len(ci_build.results) and {how for _, how in made} == {"every step from a cache"}, \
-            done.stdout[-3000:]
-        for result in ci_build.results:
-            renamed = result.tag.replace(f"{NAMESPACE}/", f"{other}/", 1)
-            assert docker_client.api.inspect_image(renamed)["Id"] == result.image_id, renamed
-    finally:
-        remove_tags(docker_client, f"{other}/")
-
-
 class MarkerScan(io.RawIOBase):
     """A file object that reads through `raw` and remembers whether `marker` went by (across read boundaries)."""
 

@@ -10,6 +10,7 @@ cann-install, cann and torch stages its own; the base stays shared by all, as a 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -82,12 +83,11 @@ def own_engine(docker_client, os_image_amd64):
         yield engine
 
 
-BUILT = r"\] ({ns}/\S+): built in"
-CACHED = r"\] ({ns}/\S+): every step from a cache"
-
-
-def stages_said(out: str, namespace: str, how: str) -> list[str]:
-    return re.findall(how.format(ns=re.escape(namespace)), out)
+def reported(work_dir: Path, status: str | None = None) -> dict[str, str]:
+    """The last build of `work_dir`'s stages by its report (build-report.json), as {tag: digest}: all of them, or
+    those of one status (built: a step ran; cached: every step from a cache)."""
+    report = json.loads((work_dir / "build-report.json").read_text(encoding="utf-8"))
+    return {stage["tag"]: stage["image_id"] for stage in report["stages"] if status in (None, stage["status"])}
 
 
 def config_digest(client: docker.DockerClient, tag: str) -> str:
@@ -110,13 +110,13 @@ def test_overlapping_builds_build_each_shared_stage_once(docker_client, x86_inpu
     codes = [p.wait(timeout=1800) for p in procs]
     outs = [log.read_text() for log in logs]
     assert codes == [0, 0, 0], outs
-    built = [tag for out in outs[:2] for tag in stages_said(out, namespace, BUILT)]
-    own = [t for t in built if "-a2-" in t]  # cann-install, cann, torch of A2 (the base is shared by every chain)
-    assert sorted(own) == sorted(set(own)) and len(own) == 3, f"built twice, or not at all: {built}"
+    # the second build in `work` waited for the first and ran no step: the first built the A2 chain's own stages
+    # (cann-install, cann, torch; the base is shared by every chain) once. Each directory's report is its last build's
     assert f"waiting for the build in {work}" in outs[1], outs[1]
-    assert len([t for t in stages_said(outs[1], namespace, CACHED) if "-a2-" in t]) == 3, outs[1]
-    digests = [re.findall(rf"\] ({re.escape(namespace)}/\S+): .*\((\w{{12}})", out) for out in outs]
-    assert dict(digests[0]) == dict(digests[1]) == dict(digests[2]), digests
+    second, other = reported(work), reported(work.with_name("work-other"))
+    assert len(second) == len(other) == 4, (second, other)
+    assert len([t for t in reported(work, "cached") if "-a2-" in t]) == 3, second
+    assert second == other and all(d.startswith("sha256:") for d in second.values()), (second, other)
 
 
 def _interrupt(x86_inputs, namespace, log: Path, sig: int, engine: str) -> tuple[int, str, str]:
@@ -238,7 +238,7 @@ def test_interrupted_builds_leave_no_tag_and_the_next_run_takes_what_finished(ow
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     # what finished before comes from the cache (the CANN stages); the torch stages, stopped each time in a step or
     # in their export, are made now: from their cached steps where every step had finished before the signal
-    built, cached = stages_said(rerun.stdout, namespace, BUILT), stages_said(rerun.stdout, namespace, CACHED)
+    built, cached = reported(work, "built"), reported(work, "cached")
     assert set(torch) <= set(built) | set(cached) and len(built) + len(cached) == 7, rerun.stdout[-3000:]
     assert len([t for t in cached if "/cann:" in t]) == 2, rerun.stdout[-3000:]
     for t in torch:
@@ -356,8 +356,9 @@ def test_a_second_engine_takes_the_stages_from_the_stage_cache(docker_client, x8
     first = subprocess.run(build_args(**x86_inputs, namespace=namespace, device="a2", stage_cache=cache), cwd=ROOT,
                            capture_output=True, text=True, timeout=1800)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr
-    made = dict(re.findall(rf"\] ({re.escape(namespace)}/\S+): .*\((\w{{12}})", first.stdout))
-    assert len(made) == 4 and len([t for t in stages_said(first.stdout, namespace, BUILT) if "/base:" not in t]) >= 1
+    work = x86_inputs["work_dir"]
+    made = reported(work)
+    assert len(made) == 4 and len([t for t in reported(work, "built") if "/base:" not in t]) >= 1, made
     for tag in made:  # each stage's steps in the registry, under its target's name (the stage's directory)
         name = target_name(Stage("any", tag, None, None))  # type: ignore[arg-type]
         ref = f"{cache}/{name}:buildcache"
@@ -372,7 +373,7 @@ def test_a_second_engine_takes_the_stages_from_the_stage_cache(docker_client, x8
     # the base every step from the cache. The stages from CANN's install up run again: on dockerd 28.5's BuildKit
     # the step that mounts the `cann` context misses the imported cache though both engines export the same cache
     # records (docs/building.md, "The stage cache"); BuildKit 0.13 took CANN's install from it
-    from_cache = stages_said(second.stdout, "ascend-images-fleet", CACHED)
+    from_cache = reported(work, "cached")
     assert {t.split("/", 1)[1].split(":")[0] for t in from_cache} >= {"base"}, second.stdout[-3000:]
     # every stage, taken from the cache or run again, is the image the first engine made: the same image config (its
     # layers' diff IDs, history, labels and env). Not the engines' image IDs: on the containerd image store an ID is
@@ -386,5 +387,5 @@ def test_a_second_engine_takes_the_stages_from_the_stage_cache(docker_client, x8
     third = subprocess.run(build_args(**x86_inputs, namespace="ascend-images-fleet", device="a2", stage_cache=cache,
                                       profile="debug"), cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr
-    built = stages_said(third.stdout, "ascend-images-fleet", BUILT)
-    assert len(built) == 1 and built[0].endswith("-debug"), built
+    built = list(reported(work, "built"))
+    assert len(built) == 1 and built[0].endswith("-debug"), reported(work)
