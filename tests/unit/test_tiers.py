@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ascend_images.cli.doubles import run_test_suite
+from ascend_images.cli.doubles import FULL_TIER_RECORD, read_full_tier, run_test_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 # written out by hand: the proof on a whole emulated chain that smaller tests show on every change
@@ -46,6 +47,40 @@ def test_the_suite_runs_the_full_tier_only_when_asked(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.ran")) == ["small.ran"]
     assert run_test_suite(tmp_path, full=True) == 0
     assert sorted(p.name for p in tmp_path.glob("*.ran")) == ["heavy.ran", "small.ran"]
+    assert not (tmp_path / FULL_TIER_RECORD).exists()  # no git checkout: no revision to record
+
+
+def git(root, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_passing_full_tier_of_a_clean_checkout_is_recorded_by_revision(tmp_path):
+    """The record names the revision the full tier proved and its counts (2 tests, both passing, written out here);
+    a failing run or a tree with changes records nothing."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n    full: heavy\n")
+    (tmp_path / "test_two.py").write_text("import pytest\ndef test_small():\n    pass\n"
+                                          "@pytest.mark.full\ndef test_heavy():\n    pass\n")
+    (tmp_path / ".gitignore").write_text("build/\n__pycache__/\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "proved")
+    assert run_test_suite(tmp_path) == 0
+    assert not (tmp_path / FULL_TIER_RECORD).exists()  # the every-change tier proves no revision
+    (tmp_path / "test_two.py").write_text((tmp_path / "test_two.py").read_text() + "# changed\n")
+    assert run_test_suite(tmp_path, full=True) == 0
+    assert not (tmp_path / FULL_TIER_RECORD).exists()  # a tree with changes is no revision's proof
+    git(tmp_path, "commit", "-qam", "changed")
+    assert run_test_suite(tmp_path, full=True) == 0
+    record = json.loads((tmp_path / FULL_TIER_RECORD).read_text())
+    assert record["revision"] == git(tmp_path, "rev-parse", "HEAD") and len(record["revision"]) == 40
+    assert (record["passed"], record["skipped"]) == (2, 0)
+    assert record["engine"].startswith("dockerd ") and read_full_tier(tmp_path).revision == record["revision"]
+    # a failing full tier leaves the last passing record as it was
+    (tmp_path / "test_two.py").write_text("def test_small():\n    assert False\n")
+    git(tmp_path, "commit", "-qam", "broken")
+    assert run_test_suite(tmp_path, full=True) == 1
+    assert json.loads((tmp_path / FULL_TIER_RECORD).read_text()) == record
 
 
 @pytest.mark.parametrize(("suite_code", "argv"), [(0, ["test", "--ci"]), (1, ["test", "--ci"]),

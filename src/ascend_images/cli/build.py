@@ -4,7 +4,7 @@ testing the images (test)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ascend_images import DEFAULT_NAMESPACE
@@ -314,8 +314,10 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
                     work_dir: Path = Path("build"), namespace: str = DEFAULT_NAMESPACE,
                     base_image: str | None = None, no_cache: bool = False, fetch: bool = False,
                     stage_cache: str | None = None, stage_cache_read_only: bool = False, builder: str | None = None,
-                    push: bool = False, load: bool = False, ci: str | None = None) -> tuple[BuildPlan, list]:
-    """Check the host and everything given, then build; returns (plan, results)."""
+                    push: bool = False, load: bool = False, ci: str | None = None,
+                    also: Sequence[Variant] = ()) -> tuple[BuildPlan, list]:
+    """Check the host and everything given, then build the selection and the variants `also` names (CI's run adds
+    the images whose definition changed); returns (plan, results)."""
     from ascend_images.builder.build import Builder, BuildSettings, source_date
     from ascend_images.builder.builders import preflight
     from ascend_images.cli.inputs import fetch_selection
@@ -329,6 +331,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
     check_output(namespace, push, load)
     matrix = sel.load()
     variants = build_variants(sel, matrix, ci)
+    variants += [v for v in also if v not in variants]
     check_rules(variants, namespace)
     sources = flags.sources(matrix, strict=False)
     doubles = [what for what, used in (("CANN packages", sources.cann.test_double),

@@ -52,16 +52,33 @@ def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, sta
 
 
 def test_ci(out: Out, *, full: bool = False) -> int:
-    """`invoke test --ci`: CI's images built from the doubles, then the test suite (with `full`, the full tier);
-    pytest's exit code."""
-    from ascend_images.checkout import ROOT
-    from ascend_images.cli.doubles import CI_WORK_DIR, ci_build, run_test_suite
+    """`invoke test --ci`: CI's images built from the doubles (ci.test and each committed image changed since the full
+    tier's last proof), then the test suite (with `full`, the full tier); pytest's exit code."""
+    from ascend_images.cli.doubles import run_test_suite
 
-    made = ci_build()
-    made.inputs.check()
-    build_selection(Selection(), made.sources, made.inputs, out, work_dir=ROOT / CI_WORK_DIR,
-                    namespace=made.namespace, ci="test")
+    build_ci_images(out)
     return run_test_suite(full=full)
+
+
+def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: str | None = None) -> tuple:
+    """The CI run's images from the doubles, in one bake: tested_variants under CI's namespace, its report in
+    CI_WORK_DIR; (plan, results)."""
+    from ascend_images.checkout import ROOT
+    from ascend_images.cli.doubles import CI_WORK_DIR, ci_build, tested_variants
+    from ascend_images.matrix.selection import ci_variants
+
+    root = root or ROOT
+    made = ci_build(root)
+    made.inputs.check()
+    sel = Selection(matrix=str(root / "matrix.yaml"), arch=arch)
+    matrix = sel.load()
+    ci = set(ci_variants(matrix, "test", arch))
+    changed = [v for v in tested_variants(matrix, arch, root) if v not in ci]
+    if changed:
+        out(f"{len(changed)} image(s) beside ci.test whose definition changed since the full tier's last proof: "
+            + ", ".join(v.name for v in changed))
+    return build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR,
+                           namespace=made.namespace, ci="test", also=changed)
 
 
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
