@@ -396,3 +396,42 @@ def test_a_bake_that_fails_with_no_failed_step_names_its_full_log(tmp_path):
     text = str(err.value)
     assert "no failed step" in text and "disk is full" in text and "docker system prune" in text, text
     assert f"--- full log: {tmp_path / 'logs' / 'bake.log'}" in text, text
+
+
+def test_a_stage_buildkit_exported_as_the_signal_came_is_counted_finished(tmp_path):
+    """Ctrl-C while a stage's export ends: BuildKit finishes it and sets the tag, but the progress saying so may never
+    arrive. The interrupted line goes by the engine's tags: a stage whose tag names another image than before the
+    build is finished and kept; one whose tag is absent, or names the image it named before, is unfinished."""
+    from ascend_images.builder import bake
+    from ascend_images.builder.build import Interrupted
+    from ascend_images.stages.bake import target_name
+    from ascend_images.stages.plan import PlanOptions, make_plan
+    from tests.unit.helpers import variant
+
+    plan = make_plan([variant(tmp_path, backend="none", device="a3")], PlanOptions(CannSource("url", strict=False)))
+    first, *rest = plan.stages
+    builder = Builder(BuildSettings(Sources(CannSource("url", strict=False)), work_dir=tmp_path), out=lambda _: None)
+
+    def bake_once(plan, files, metadata, suffix):
+        progresses = {}
+        for i, s in enumerate(plan.stages):
+            with StageProgress("[1/2 x]", tmp_path / f"{i}.log", lambda line: None) as progress:
+                pass  # no stage's export was seen
+            progresses[target_name(s)] = progress
+        return bake.BakeOutcome(130, True), progresses, "", tmp_path / "bake.log"
+
+    builder._bake_once = bake_once
+    # before: the last stage's tag named an older image; after: the first stage's export landed with a new tag
+    builder._tags_before = {rest[-1].tag: "sha256:old", "other/x:1": "sha256:x"}
+    builder._engine_tags = lambda: {first.tag: "sha256:new", rest[-1].tag: "sha256:old", "other/x:1": "sha256:x"}
+    with pytest.raises(Interrupted) as err:
+        builder._bake(plan, (), tmp_path / "m.json")
+    text = str(err.value)
+    unfinished = text.split("unfinished (", 1)[1].split(")", 1)[0].split(", ")
+    assert unfinished == [s.tag for s in rest], text
+    assert "the 1 finished are kept" in text, text
+    # without the engine's answer (a push, a builder of its own) the progress alone decides
+    builder._engine_tags = lambda: None
+    with pytest.raises(Interrupted) as err:
+        builder._bake(plan, (), tmp_path / "m.json")
+    assert f"stopped with {len(plan.stages)} of {len(plan.stages)}" in str(err.value)

@@ -25,6 +25,7 @@ import datetime as dt
 import functools
 import json
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -170,6 +171,7 @@ class Builder:
             extra = scratch / "build.json"
             extra.write_text(json.dumps(self.overrides(plan, secrets, only)), encoding="utf-8")
             files = (workspace.definition, extra)
+            self._tags_before = self._engine_tags()
             outcome, progresses, ran = self._bake(plan, files, scratch / "metadata.json")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -237,10 +239,32 @@ class Builder:
             tail = log.tail()
         return outcome, progresses, tail, log.log_path
 
+    def _engine_tags(self) -> dict[str, str] | None:
+        """Every tag of the engine the images land in, with its image ID; None where they land elsewhere (a push,
+        a builder of its own) or the engine does not answer."""
+        builder = self.settings.builder
+        if self.settings.push or (builder is not None and not builder.local):
+            return None
+        context = ["--context", builder.context] if builder is not None and builder.context else []
+        try:
+            listed = subprocess.run(["docker", *context, "image", "ls", "--no-trunc", "--format",
+                                     "{{.Repository}}:{{.Tag}} {{.ID}}"], capture_output=True, text=True,
+                                    timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if listed.returncode != 0:
+            return None
+        return dict(line.split(" ", 1) for line in listed.stdout.splitlines() if " " in line)
+
     def _raise_for(self, plan: BuildPlan, outcome: bake.BakeOutcome, progresses: dict[str, StageProgress],
                    bake_tail: str, bake_log: Path) -> None:
         unfinished = [stage for stage in plan.stages if not progresses[target_name(stage)].exported]
         if outcome.interrupted:
+            # BuildKit finishes an export the signal lands in, and tags it, though the progress that says so may
+            # never reach us: a stage whose tag now names another image than before the build finished
+            before, after = getattr(self, "_tags_before", None), self._engine_tags()
+            if before is not None and after is not None:
+                unfinished = [s for s in unfinished if after.get(s.tag) in (None, before.get(s.tag))]
             done = len(plan.stages) - len(unfinished)
             raise Interrupted(f"the build stopped with {len(unfinished)} of {len(plan.stages)} stage(s) unfinished "
                               f"({', '.join(s.tag for s in unfinished) or 'none'}): none of them was tagged; the "
