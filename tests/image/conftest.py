@@ -4,6 +4,8 @@ and matrix.yaml, never from a per-image list."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ascend_images.matrix.model import load_matrix
@@ -94,9 +96,12 @@ def image_locks(host) -> dict:
 
 @pytest.fixture(scope="package")
 def python_stack(host, variant, container) -> dict:
-    """The image's stack loaded in one Python process (probe.py), once per session, read by every module's checks."""
+    """The image's stack loaded in one Python process (probe.py), once per image and probe.py (facts.py), read by
+    every module's checks."""
     from tests.image.facts import session_fact
     from tests.image.probe import probe_stack
 
-    return session_fact(container.attrs["Image"], "python-stack",
-                        lambda: probe_stack(host, variant.backend, variant.framework, variant.device))
+    probe = Path(__file__).with_name("probe.py").read_text(encoding="utf-8")
+    asked = (variant.backend, variant.framework, variant.device)
+    return session_fact(container.attrs["Image"], "python-stack-" + "-".join(asked),
+                        lambda: probe_stack(host, *asked), probe)
