@@ -95,6 +95,7 @@ def failed_checks(docker_client, tag: str, work_dir, checks: list[str] = STACK_C
     return set(result.failed)
 
 
+@pytest.mark.full  # an emulated image of its own, for checks whose code changes rarely
 def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_base, work_dir, tmp_path):
     env = dict(e.split("=", 1) for e in docker_client.images.get(stack_base).attrs["Config"]["Env"])
     # the toolkit's lib64 under either name: cann-<version>/lib64 and ascend-toolkit/latest/lib64
@@ -107,6 +108,7 @@ def test_no_toolkit_lib64_on_the_library_path_is_caught(docker_client, stack_bas
     assert not {"test_torch_and_torch_npu_pins", "test_pip_check", "test_cann_layout_is_upstreams"} & failed
 
 
+@pytest.mark.full  # an emulated pip install into an image of its own, for checks whose code changes rarely
 def test_torch_npu_built_for_another_torch_is_caught(docker_client, stack_base, work_dir, tmp_path):
     # torch_npu 2.7.1.post2 is built against torch 2.7.1; this image has torch 2.8.0. The wheel is fetched here
     # (the container has no index configuration of its own) and installed over the good one, its bytecode not

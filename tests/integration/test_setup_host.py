@@ -278,6 +278,7 @@ def test_engine_packages_on_debian12_again_install_nothing(debian_root):
     assert installed_packages(debian_root) == before
 
 
+@pytest.mark.full  # a host that set up an old engine before: a migration, proven nightly
 def test_engine_packages_on_debian12_upgrade_its_own_old_engine(old_engine_root):
     """Bookworm's docker.io 20.10 is upgraded to forky's, saying so; its containerd with it, and the CLI and buildx
     added."""
@@ -292,6 +293,7 @@ def test_engine_packages_on_debian12_upgrade_its_own_old_engine(old_engine_root)
     assert after["libc6"] == before["libc6"]
 
 
+@pytest.mark.full  # a host set up by an earlier version: a migration, proven nightly
 def test_engine_packages_replace_the_trixie_engine_an_earlier_setup_installed(trixie_engine_root):
     """Below the floor now (26.1.5, BuildKit 0.13): upgraded to forky's, and the trixie source and pin the earlier
     set-up wrote are gone, so nothing more comes from trixie."""
