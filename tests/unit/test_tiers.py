@@ -107,3 +107,17 @@ def test_test_ci_ends_with_the_suites_code_and_runs_nothing_else(monkeypatch, su
     except SystemExit as stop:
         code = stop.code
     assert (code, tiers) == (suite_code, ["--full" in argv])
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_the_full_tier_builds_the_ci_images_from_nothing(monkeypatch, full):
+    """Every change's run takes CI's images from BuildKit's cache where it can; the full tier builds them with every
+    step run again (`--no-cache`), then runs both tiers."""
+    import ascend_images.cli.doubles as doubles
+    import ascend_images.cli.imagetest as imagetest
+
+    seen = {}
+    monkeypatch.setattr(imagetest, "build_ci_images", lambda out, **kw: seen.update(build=kw))
+    monkeypatch.setattr(doubles, "run_test_suite", lambda **kw: seen.update(suite=kw) or 0)
+    assert imagetest.test_ci(print, full=full) == 0
+    assert seen == {"build": {"no_cache": full}, "suite": {"full": full}}

@@ -53,16 +53,18 @@ def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, sta
 
 def test_ci(out: Out, *, full: bool = False) -> int:
     """`invoke test --ci`: CI's images built from the doubles (ci.test and each committed image changed since the full
-    tier's last proof), then the test suite (with `full`, the full tier); pytest's exit code."""
+    tier's last proof), then the test suite; with `full`, the images built with every step run again and the full
+    tier; pytest's exit code."""
     from ascend_images.cli.doubles import run_test_suite
 
-    build_ci_images(out)
+    build_ci_images(out, no_cache=full)  # the full tier proves the CI images from nothing: every step runs again
     return run_test_suite(full=full)
 
 
-def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: str | None = None) -> tuple:
+def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: str | None = None,
+                    no_cache: bool = False) -> tuple:
     """The CI run's images from the doubles, in one bake: tested_variants under CI's namespace, its report in
-    CI_WORK_DIR; (plan, results)."""
+    CI_WORK_DIR (with `no_cache`, every step run again); (plan, results)."""
     from ascend_images.checkout import ROOT
     from ascend_images.cli.doubles import CI_WORK_DIR, ci_build, tested_variants
     from ascend_images.matrix.selection import ci_variants
@@ -78,7 +80,7 @@ def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: 
         out(f"{len(changed)} image(s) beside ci.test whose definition changed since the full tier's last proof: "
             + ", ".join(v.name for v in changed))
     return build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR,
-                           namespace=made.namespace, ci="test", also=changed)
+                           namespace=made.namespace, ci="test", also=changed, no_cache=no_cache)
 
 
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
