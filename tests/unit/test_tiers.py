@@ -41,7 +41,15 @@ def test_the_every_change_tier_leaves_out_exactly_the_full_proofs():
     assert len(every_change) >= 5
 
 
-def test_the_suite_runs_the_full_tier_only_when_asked(tmp_path):
+@pytest.fixture
+def one_process(monkeypatch):
+    """The suites here are two tests: xdist's workers would only add their start-up."""
+    import ascend_images.cli.doubles as doubles
+
+    monkeypatch.setattr(doubles, "CI_WORKERS", "0")
+
+
+def test_the_suite_runs_the_full_tier_only_when_asked(tmp_path, one_process):
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n    full: heavy\n")
     (tmp_path / "test_two.py").write_text(
         "import pathlib, pytest\n"
@@ -60,7 +68,7 @@ def git(root, *args: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def test_a_passing_full_tier_of_a_clean_checkout_is_recorded_by_revision(tmp_path):
+def test_a_passing_full_tier_of_a_clean_checkout_is_recorded_by_revision(tmp_path, one_process):
     """The record names the revision the full tier proved and its counts (2 tests, both passing, written out here);
     a failing run or a tree with changes records nothing."""
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n    full: heavy\n")
