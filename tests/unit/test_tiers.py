@@ -13,13 +13,16 @@ from ascend_images.cli.doubles import FULL_TIER_RECORD, read_full_tier, run_test
 
 ROOT = Path(__file__).resolve().parents[2]
 # written out by hand: the proof on a whole emulated chain that smaller tests show on every change, the two broken
-# images of their own whose checks change rarely, and the set-up's migrations from engines installed before
+# images of their own whose checks change rarely, the set-up's migrations from engines installed before, and the
+# two-arch build of the x86_64 wheelhouse (no x86_64 image is published yet)
 FULL_ONLY = {
     "tests/integration/test_reproducible.py::test_every_stage_of_a_chain_is_the_same_on_a_second_empty_engine",
     "tests/integration/test_image_suite_can_fail.py::test_no_toolkit_lib64_on_the_library_path_is_caught",
     "tests/integration/test_image_suite_can_fail.py::test_torch_npu_built_for_another_torch_is_caught",
     "tests/integration/test_setup_host.py::test_engine_packages_on_debian12_upgrade_its_own_old_engine",
     "tests/integration/test_setup_host.py::test_engine_packages_replace_the_trixie_engine_an_earlier_setup_installed",
+    "tests/integration/test_wheelhouse_x86.py::test_each_arch_has_its_torch_and_x86_64_took_it_from_the_wheelhouse",
+    "tests/integration/test_wheelhouse_x86.py::test_two_arch_variant_publishes_one_list_with_both_platforms",
 }
 
 
