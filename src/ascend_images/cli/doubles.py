@@ -105,16 +105,21 @@ def read_full_tier(root: Path = ROOT) -> FullTierRecord | None:
                              "run `invoke test --ci --full` to write it again") from None
 
 
-def tested_variants(matrix: Matrix, arch: str | None = None, root: Path = ROOT) -> list[Variant]:
-    """What the CI run builds and checks: matrix.yaml's ci.test, then each committed image (rendered/) whose
-    definition changed since the full tier last proved it (none without a record)."""
+def changed_images(matrix: Matrix, arch: str | None = None, root: Path = ROOT) -> list[Variant]:
+    """The committed images (rendered/) beside ci.test whose definition changed since the full tier last proved it
+    (none without a record)."""
     from ascend_images.stages.changed import changed_since
 
-    tested = ci_variants(matrix, "test", arch)
     record = read_full_tier(root)
     if record is None:
-        return tested
-    return tested + [v for v in changed_since(matrix, record.revision, arch) if v not in tested]
+        return []
+    tested = ci_variants(matrix, "test", arch)
+    return [v for v in changed_since(matrix, record.revision, arch) if v not in tested]
+
+
+def tested_variants(matrix: Matrix, arch: str | None = None, root: Path = ROOT) -> list[Variant]:
+    """What the CI run builds and checks: matrix.yaml's ci.test, then changed_images."""
+    return ci_variants(matrix, "test", arch) + changed_images(matrix, arch, root)
 
 
 def run_test_suite(root: Path = ROOT, *, full: bool = False) -> int:

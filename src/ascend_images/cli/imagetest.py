@@ -66,16 +66,14 @@ def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: 
     """The CI run's images from the doubles, in one bake: tested_variants under CI's namespace, its report in
     CI_WORK_DIR (with `no_cache`, every step run again); (plan, results)."""
     from ascend_images.checkout import ROOT
-    from ascend_images.cli.doubles import CI_WORK_DIR, ci_build, tested_variants
-    from ascend_images.matrix.selection import ci_variants
+    from ascend_images.cli.doubles import CI_WORK_DIR, changed_images, ci_build
 
     root = root or ROOT
     made = ci_build(root)
     made.inputs.check()
     sel = Selection(matrix=str(root / "matrix.yaml"), arch=arch)
     matrix = sel.load()
-    ci = set(ci_variants(matrix, "test", arch))
-    changed = [v for v in tested_variants(matrix, arch, root) if v not in ci]
+    changed = changed_images(matrix, arch, root)
     if changed:
         out(f"{len(changed)} image(s) beside ci.test whose definition changed since the full tier's last proof: "
             + ", ".join(v.name for v in changed))
