@@ -4,6 +4,7 @@ and matrix.yaml, never from a per-image list."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from tests.conftest import ROOT
 from tests.fixtures.ci_images import ci_plan
 
 
+@functools.cache
 def ci_image_variants() -> dict:
     """The images CI tests (matrix.yaml's ci.test, as `invoke build --ci test` tags them), in its order, with each
     one's variant, known without an engine (plans are deterministic)."""
