@@ -136,8 +136,7 @@ def torch_stages_installing(proc: subprocess.Popen, log: Path, count: int) -> li
     parents' steps too: what says where the build is are the parents' exports and the torch image's own steps."""
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and proc.poll() is None:
-        found = re.search(r"building \d+ stage\(s\) with one bake on .* \(logs (\S+)\)", log.read_text())
-        logs = Path(found.group(1)) if found else None
+        logs = logs_dir(log)
         canns = sorted(logs.glob("*-cann--*.log")) if logs else []
         torches = sorted(logs.glob("*-torch-npu--*.log")) if logs else []
         exported = [p for p in canns if re.search(r"^#(\d+) exporting to image$.*^#\1 DONE", p.read_text(),
@@ -152,9 +151,16 @@ def torch_stages_installing(proc: subprocess.Popen, log: Path, count: int) -> li
     return plan
 
 
+def logs_dir(log: Path) -> Path | None:
+    """The logs directory of the build writing `log`, once it has said it."""
+    found = re.search(r"building \d+ stage\(s\) with one bake on .* \(logs (\S+)\)", log.read_text())
+    return Path(found.group(1)) if found else None
+
+
 def stage_log(log: Path, tag: str) -> Path:
     """The log of stage `tag` of the build writing `log` (its logs directory's `NN-<slug>.log`)."""
-    logs = Path(re.search(r"building \d+ stage\(s\) with one bake on .* \(logs (\S+)\)", log.read_text()).group(1))
+    logs = logs_dir(log)
+    assert logs is not None, log.read_text()[-3000:]
     (found,) = logs.glob(f"*-{tag.rsplit('/', 1)[-1].replace(':', '--')}.log")
     return found
 

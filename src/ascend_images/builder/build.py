@@ -118,6 +118,7 @@ class Builder:
         self.progress = progress  # each stage's step lines: stderr, unlike its outcome
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = settings.work_dir / "logs" / stamp
+        self._tags_before: dict[str, str] | None = None  # the engine's tags as the running build found them
 
     @functools.cached_property
     def store(self) -> WheelStore:
@@ -262,7 +263,7 @@ class Builder:
         if outcome.interrupted:
             # BuildKit finishes an export the signal lands in, and tags it, though the progress that says so may
             # never reach us: a stage whose tag now names another image than before the build finished
-            before, after = getattr(self, "_tags_before", None), self._engine_tags()
+            before, after = self._tags_before, self._engine_tags()
             if before is not None and after is not None:
                 unfinished = [s for s in unfinished if after.get(s.tag) in (None, before.get(s.tag))]
             done = len(plan.stages) - len(unfinished)
