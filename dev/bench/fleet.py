@@ -16,11 +16,11 @@ from typing import Any
 
 import docker
 
-from ascend_images.builder.scratch_engine import ScratchEngine, ScratchEngineError, load_image, missing_requirement
 from ascend_images.errors import AscendImagesError, Interrupted, SelectionError
 from ascend_images.stages.names import check_namespace
 from ascend_images.stages.plan import BuildPlan
 from dev.bench.setup import BenchSetup
+from dev.scratch_engine import ScratchEngine, ScratchEngineError, load_image, missing_requirement
 
 FLEET_FRACTION_MAX = 0.10
 # bench's build of a plan: (setup, plan, cold=, cache=) -> (seconds, results)

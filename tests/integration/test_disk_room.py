@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from ascend_images.builder.scratch_engine import ScratchEngine
+from dev.scratch_engine import ScratchEngine
 from tests.fixtures.disk_room import GB, free_bytes, make_room, prune_build_cache
 from tests.unit.test_run import needs_root
 

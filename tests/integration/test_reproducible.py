@@ -37,7 +37,7 @@ EPOCH = "1795824000"
 def empty_engine():
     """A second engine with nothing but the OS images the builds start from (this host's, as another machine of a
     farm would have them from the same place)."""
-    from ascend_images.builder.scratch_engine import ScratchEngine, ScratchEngineError, missing_requirement
+    from dev.scratch_engine import ScratchEngine, ScratchEngineError, missing_requirement
 
     problem = missing_requirement()
     if problem:
@@ -129,7 +129,7 @@ def test_a_date_written_into_a_file_is_caught_and_diffoscope_names_it(tmp_path):
 # What decides a proof's outcome beside the images themselves (their digests: the same digest, the same bytes): the
 # engine and buildx that build, and the code `invoke rebuild` runs (its task and compare, and the build it starts)
 REBUILD_MODULES = ("ascend_images.cli.rebuild", "ascend_images.release.reproduce",
-                   "ascend_images.builder.scratch_engine", "ascend_images.cli.build", "ascend_images.builder.build",
+                   "dev.scratch_engine", "ascend_images.cli.build", "ascend_images.builder.build",
                    "ascend_images.builder.builders", "ascend_images.cli.inputs")
 PROOF_CODE = ("tasks.py", "tests/integration/test_reproducible.py")
 

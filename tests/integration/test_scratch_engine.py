@@ -1,4 +1,4 @@
-"""The scratch engine (`ascend_images.builder.scratch_engine`): a real second dockerd on this host, as `invoke bench`'s
+"""The scratch engine (`dev/scratch_engine.py`): a real second dockerd on this host, as `invoke bench`'s
 fleet figure and the robustness tests' small engine start it. It starts empty and apart from the host's engine, runs
 a container, takes dockerd flags of the caller's (`--add-runtime`), and when stopped leaves nothing: no process, no
 bridge, no mount, no directory; the host's engine and its docker0 are as they were."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_images.builder.scratch_engine import ScratchEngine, mounts_below
+from dev.scratch_engine import ScratchEngine, mounts_below
 from tests.unit.test_run import needs_root
 
 pytestmark = [pytest.mark.docker, needs_root]
@@ -86,7 +86,7 @@ def test_a_scratch_engine_starts_empty_apart_and_leaves_nothing(docker_client, o
 
 def test_a_scratch_engine_that_cannot_start_says_why_and_leaves_nothing(tmp_path):
     """dockerd refuses an unknown flag: the error carries its log, and what start() had made is gone."""
-    from ascend_images.builder.scratch_engine import ScratchEngineError
+    from dev.scratch_engine import ScratchEngineError
 
     before = links()
     engine = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-scratch-")), extra_args=("--no-such-flag",))

@@ -243,10 +243,10 @@ def test_what_would_stop_the_fleet_phase_stops_the_bench_before_the_cold_build(f
 
     import dev.bench.fleet as bench_fleet
     import dev.bench.run as bench
-    from ascend_images.builder import scratch_engine
-    from ascend_images.builder.scratch_engine import ScratchEngineError
     from ascend_images.errors import SelectionError
     from ascend_images.inputs.sources import TEST_DOUBLE_MARKER, CannSource
+    from dev import scratch_engine
+    from dev.scratch_engine import ScratchEngineError
 
     monkeypatch.setattr(bench_fleet, "missing_requirement", scratch_engine.missing_requirement)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
@@ -267,7 +267,7 @@ def test_what_would_stop_the_fleet_phase_stops_the_bench_before_the_cold_build(f
 def test_a_scratch_engine_needs_root(monkeypatch, tmp_path):
     import os
 
-    from ascend_images.builder.scratch_engine import ScratchEngine, ScratchEngineError
+    from dev.scratch_engine import ScratchEngine, ScratchEngineError
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(ScratchEngine, "_start", lambda self: pytest.fail("it went on to start a dockerd"))

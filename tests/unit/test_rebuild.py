@@ -35,6 +35,7 @@ def fakes(monkeypatch):
         seen["compared"] = (a.ref, b.ref)
         return reproduce.Comparison(a, b, (DIGEST, DIGEST), ([], []))
 
+    monkeypatch.setattr(rebuild, "engine_id", lambda host: {None: "this-engine"}.get(host, f"id-of-{host}"))
     monkeypatch.setattr(rebuild, "_labels", lambda image: dict(LABELS))
     monkeypatch.setattr(rebuild.subprocess, "run", build)
     monkeypatch.setattr(reproduce, "compare", compare)
@@ -58,3 +59,27 @@ def test_an_image_with_no_namespace_is_refused_naming_the_form(fakes, tmp_path):
     with pytest.raises(SelectionError, match=r"IMAGE sglang:0.5.17: no namespace before its repository"):
         rebuild.rebuild_image("sglang:0.5.17", SourceFlags(), InputFlags(), [].append, engine="unix:///x",
                               from_tree=True, work_dir=Path(tmp_path))
+
+
+@pytest.mark.parametrize("engine", [None, "", "  "])
+def test_no_engine_is_refused_before_anything_runs(fakes, engine, tmp_path):
+    with pytest.raises(SelectionError, match=r"--engine is required: the engine to rebuild on, another than this one "
+                                             r"\(a DOCKER_HOST value: ssh://USER@HOST"):
+        rebuild.rebuild_image("ascend-images-test/sglang:0.5.17", SourceFlags(), InputFlags(), [].append,
+                              engine=engine, from_tree=True, work_dir=tmp_path)
+    assert fakes == {}
+
+
+def test_the_engine_that_holds_the_image_is_refused(fakes, monkeypatch, tmp_path):
+    monkeypatch.setattr(rebuild, "engine_id", lambda host: "one-engine")  # DOCKER_HOST and --engine: the same daemon
+    with pytest.raises(SelectionError, match=r"--engine unix:///var/run/docker.sock is the engine that holds "
+                                             r"ascend-images-test/sglang:0.5.17: the rebuild, tagged under the "
+                                             r"image's name, would replace it"):
+        rebuild.rebuild_image("ascend-images-test/sglang:0.5.17", SourceFlags(), InputFlags(), [].append,
+                              engine="unix:///var/run/docker.sock", from_tree=True, work_dir=tmp_path)
+    assert fakes == {}
+
+
+def test_an_engine_that_does_not_answer_is_named(tmp_path):
+    with pytest.raises(SelectionError, match=rf"--engine unix://{tmp_path}/none.sock: no Docker engine answers there"):
+        rebuild.engine_id(f"unix://{tmp_path}/none.sock")

@@ -1,6 +1,6 @@
 """`invoke rebuild IMAGE`: is this image what its revision builds (DESIGN 24)? Its labels say which variant it is and
 which revision of this repository it was built at; that revision (a worktree of it) builds the same variant again
-from nothing (`--no-cache`) on another engine (a second, empty dockerd started for the purpose, or `--engine`), and
+from nothing (`--no-cache`) on another engine (`--engine`: a build host, or a second dockerd of this one), and
 the two images are compared: the same digest, or which layers differ and how (diffoscope)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,8 +26,8 @@ REVISION = "org.opencontainers.image.revision"
 
 @task(groups=(SOURCES, INPUTS),
       help={"image": "the image to check: local, or HOST[:PORT]/REPO:TAG (pulled first)",
-            "engine": "the engine to rebuild on (a DOCKER_HOST value); default: a second, empty dockerd started here "
-                      "and removed after (needs root)",
+            "engine": "the engine to rebuild on, not this one (a DOCKER_HOST value: ssh://USER@HOST, "
+                      "unix:///PATH, tcp://HOST:PORT); required",
             "from_tree": "rebuild from this checkout as it is, not from the revision the image records (a tree with "
                          "uncommitted changes to the definition records `-dirty`)",
             "work_dir": "where the worktree, logs and the rebuild's contexts go (default: the project's "
@@ -126,6 +125,7 @@ def rebuild_image(image: str, sources: SourceFlags, inputs: InputFlags, out: Out
 
     if not image.strip():
         raise SelectionError("IMAGE is empty: give the image to check (REPO:TAG, or HOST[:PORT]/REPO:TAG)")
+    host = other_engine(engine, image)
     labels = _labels(image)
     argv = selection_argv(labels, image)
     # the image names no namespace (DESIGN 27): the rebuild is tagged as the image was given, so both sides of the
@@ -133,53 +133,42 @@ def rebuild_image(image: str, sources: SourceFlags, inputs: InputFlags, out: Out
     namespace = image_namespace(image)
     tree = _tree(labels.get(REVISION, ""), from_tree, work_dir.absolute())
     out(f"rebuilding {image} ({' '.join(argv)}) from {tree} at {labels.get(REVISION) or 'this tree'}, "
-        "with no cache, on " + (engine or "a second, empty engine"))
-    with _engine(engine, argv, out) as host:
-        build = subprocess.run(
-            [sys.executable, "-m", "invoke", "build", *argv, *flag_argv(sources, inputs), "--namespace", namespace,
-             "--no-cache", "--work-dir", str(work_dir.absolute() / "work")],
-            cwd=tree, text=True, capture_output=True,
-            env={**os.environ, "DOCKER_HOST": host, "PYTHONPATH": str(tree / "src")})
-        if build.returncode != 0:
-            raise AscendImagesError(f"the rebuild failed (exit {build.returncode}):\n{build.stdout[-3000:]}"
-                                    f"{build.stderr[-2000:]}")
-        found = re.findall(r"^image for \S+: (\S+)$", build.stdout, flags=re.MULTILINE)
-        if len(found) != 1:
-            raise AscendImagesError(f"the rebuild named no one image:\n{build.stdout[-2000:]}")
-        result = compare(ImageOn(image), ImageOn(found[0], host), work_dir)
+        f"with no cache, on {engine}")
+    build = subprocess.run(
+        [sys.executable, "-m", "invoke", "build", *argv, *flag_argv(sources, inputs), "--namespace", namespace,
+         "--no-cache", "--work-dir", str(work_dir.absolute() / "work")],
+        cwd=tree, text=True, capture_output=True,
+        env={**os.environ, "DOCKER_HOST": host, "PYTHONPATH": str(tree / "src")})
+    if build.returncode != 0:
+        raise AscendImagesError(f"the rebuild failed (exit {build.returncode}):\n{build.stdout[-3000:]}"
+                                f"{build.stderr[-2000:]}")
+    found = re.findall(r"^image for \S+: (\S+)$", build.stdout, flags=re.MULTILINE)
+    if len(found) != 1:
+        raise AscendImagesError(f"the rebuild named no one image:\n{build.stdout[-2000:]}")
+    result = compare(ImageOn(image), ImageOn(found[0], host), work_dir)
     out(result.summary())
     return 0 if result.same else 1
 
 
-class _engine:
-    """The engine the rebuild runs on: the one given, or a second, empty dockerd with the OS images the variant's
-    build starts from (this host's, when it has them: a farm's machines take them from one place too)."""
+def engine_id(host: str | None) -> str:
+    """The engine's ID (`docker info`), or an error naming the engine that did not answer."""
+    env = {**os.environ, "DOCKER_HOST": host} if host else os.environ
+    found = subprocess.run(["docker", "info", "--format", "{{.ID}}"], capture_output=True, text=True, env=env)
+    if found.returncode != 0 or not found.stdout.strip():
+        raise SelectionError(f"--engine {host}: no Docker engine answers there: "
+                             f"{found.stderr.strip() or found.returncode}" if host else
+                             f"no Docker engine answers here: {found.stderr.strip() or found.returncode}")
+    return found.stdout.strip()
 
-    def __init__(self, given: str | None, argv: list[str], out: Out):
-        self.given, self.argv, self.out = given, argv, out
-        self.scratch = None
 
-    def __enter__(self) -> str:
-        if self.given:
-            return self.given
-        from ascend_images.builder.scratch_engine import ScratchEngine
-        from ascend_images.inputs.osimage import local_os_image
-        from ascend_images.stages.plan import host_arch
-
-        def arch(name: str) -> str:
-            return {"aarch64": "arm64", "x86_64": "amd64"}[name]
-
-        os_name = self.argv[self.argv.index("--os") + 1]
-        wanted = {local_os_image(os_name, arch(self.argv[self.argv.index("--arch") + 1])),
-                  local_os_image("debian12", arch(host_arch()))}
-        self.scratch = ScratchEngine(Path(tempfile.mkdtemp(prefix="ai-rebuild-")))
-        self.scratch.start()
-        for ref in sorted(wanted):
-            if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0:
-                self.scratch.load_from(ref)
-        self.out(f"second engine {self.scratch.host} started (removed at the end)")
-        return self.scratch.host
-
-    def __exit__(self, *exc: object) -> None:
-        if self.scratch is not None:
-            self.scratch.stop()
+def other_engine(engine: str | None, image: str) -> str:
+    """The engine the rebuild runs on: given, answering, and not the one that holds IMAGE (the rebuild is tagged
+    under IMAGE's own name, so on this engine it would replace the image it is compared with)."""
+    if not engine or not engine.strip():
+        raise SelectionError("--engine is required: the engine to rebuild on, another than this one (a DOCKER_HOST "
+                             "value: ssh://USER@HOST, unix:///PATH, tcp://HOST:PORT); it needs the OS images the "
+                             "variant starts from (`invoke os-image` there)")
+    if engine_id(engine) == engine_id(os.environ.get("DOCKER_HOST")):
+        raise SelectionError(f"--engine {engine} is the engine that holds {image}: the rebuild, tagged under the "
+                             "image's name, would replace it; give another engine")
+    return engine
