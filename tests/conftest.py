@@ -43,7 +43,6 @@ from tests.fixtures.harness.common import (  # noqa: E402, F401
 from tests.fixtures.harness.hooks import (  # noqa: E402, F401
     pytest_addoption,
     pytest_configure,
-    pytest_runtest_logreport,
     pytest_sessionfinish,
     pytest_terminal_summary,
     pytest_xdist_make_scheduler,
