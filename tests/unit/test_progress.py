@@ -423,7 +423,7 @@ def test_a_stage_buildkit_exported_as_the_signal_came_is_counted_finished(tmp_pa
     builder._bake_once = bake_once
     # before: the last stage's tag named an older image; after: the first stage's export landed with a new tag
     builder._tags_before = {rest[-1].tag: "sha256:old", "other/x:1": "sha256:x"}
-    builder._engine_tags = lambda: {first.tag: "sha256:new", rest[-1].tag: "sha256:old", "other/x:1": "sha256:x"}
+    builder._engine_tags = lambda plan: {first.tag: "sha256:new", rest[-1].tag: "sha256:old", "other/x:1": "sha256:x"}
     with pytest.raises(Interrupted) as err:
         builder._bake(plan, (), tmp_path / "m.json")
     text = str(err.value)
@@ -431,7 +431,7 @@ def test_a_stage_buildkit_exported_as_the_signal_came_is_counted_finished(tmp_pa
     assert unfinished == [s.tag for s in rest], text
     assert "the 1 finished are kept" in text, text
     # without the engine's answer (a push, a builder of its own) the progress alone decides
-    builder._engine_tags = lambda: None
+    builder._engine_tags = lambda plan: None
     with pytest.raises(Interrupted) as err:
         builder._bake(plan, (), tmp_path / "m.json")
     assert f"stopped with {len(plan.stages)} of {len(plan.stages)}" in str(err.value)

@@ -172,7 +172,7 @@ class Builder:
             extra = scratch / "build.json"
             extra.write_text(json.dumps(self.overrides(plan, secrets, only)), encoding="utf-8")
             files = (workspace.definition, extra)
-            self._tags_before = self._engine_tags()
+            self._tags_before = self._engine_tags(plan)
             outcome, progresses, ran = self._bake(plan, files, scratch / "metadata.json")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -240,15 +240,17 @@ class Builder:
             tail = log.tail()
         return outcome, progresses, tail, log.log_path
 
-    def _engine_tags(self) -> dict[str, str] | None:
-        """Every tag of the engine the images land in, with its image ID; None where they land elsewhere (a push,
-        a builder of its own) or the engine does not answer."""
+    def _engine_tags(self, plan: BuildPlan) -> dict[str, str] | None:
+        """The plan's tags the engine the images land in holds, with their image IDs; None where they land elsewhere
+        (a push, a builder of its own) or the engine does not answer."""
         builder = self.settings.builder
         if self.settings.push or (builder is not None and not builder.local):
             return None
         context = ["--context", builder.context] if builder is not None and builder.context else []
+        # reference filters are or-ed: only the plan's own tags are listed
+        wanted = [arg for stage in plan.stages for arg in ("--filter", f"reference={stage.tag}")]
         try:
-            listed = subprocess.run(["docker", *context, "image", "ls", "--no-trunc", "--format",
+            listed = subprocess.run(["docker", *context, "image", "ls", "--no-trunc", *wanted, "--format",
                                      "{{.Repository}}:{{.Tag}} {{.ID}}"], capture_output=True, text=True,
                                     timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired):
@@ -263,7 +265,7 @@ class Builder:
         if outcome.interrupted:
             # BuildKit finishes an export the signal lands in, and tags it, though the progress that says so may
             # never reach us: a stage whose tag now names another image than before the build finished
-            before, after = self._tags_before, self._engine_tags()
+            before, after = self._tags_before, self._engine_tags(plan)
             if before is not None and after is not None:
                 unfinished = [s for s in unfinished if after.get(s.tag) in (None, before.get(s.tag))]
             done = len(plan.stages) - len(unfinished)
