@@ -97,6 +97,18 @@ def containerd_store(client: docker.DockerClient) -> bool:
     return any(key == "driver-type" and "io.containerd.snapshotter" in value for key, value in status)
 
 
+def free_bytes(client: docker.DockerClient) -> int | None:
+    """Free space on the disk of the engine's data root, where the engine is on this host; else None."""
+    import shutil
+
+    if not engine_host().startswith("unix://"):
+        return None
+    try:
+        return shutil.disk_usage(client.info()["DockerRootDir"]).free
+    except (OSError, KeyError, DockerException):
+        return None
+
+
 def image_exists(client: docker.DockerClient, ref: str) -> bool:
     try:
         client.api.inspect_image(ref)

@@ -315,9 +315,9 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
                     base_image: str | None = None, no_cache: bool = False, fetch: bool = False,
                     stage_cache: str | None = None, stage_cache_read_only: bool = False, builder: str | None = None,
                     push: bool = False, load: bool = False, ci: str | None = None,
-                    also: Sequence[Variant] = ()) -> tuple[BuildPlan, list]:
-    """Check the host and everything given, then build the selection and the variants `also` names (CI's run adds
-    the images whose definition changed); returns (plan, results)."""
+                    only: Sequence[Variant] | None = None) -> tuple[BuildPlan, list]:
+    """Check the host and everything given, then build the selection, or exactly the variants `only` names (CI's
+    run builds each image whose definition changed so); returns (plan, results)."""
     from ascend_images.builder.build import Builder, BuildSettings, source_date
     from ascend_images.builder.builders import preflight
     from ascend_images.cli.inputs import fetch_selection
@@ -330,8 +330,7 @@ def build_selection(sel: Selection, flags: SourceFlags, input_flags: InputFlags,
         check_namespace(stage_cache, "--stage-cache")
     check_output(namespace, push, load)
     matrix = sel.load()
-    variants = build_variants(sel, matrix, ci)
-    variants += [v for v in also if v not in variants]
+    variants = list(only) if only is not None else build_variants(sel, matrix, ci)
     check_rules(variants, namespace)
     sources = flags.sources(matrix, strict=False)
     doubles = [what for what, used in (("CANN packages", sources.cann.test_double),

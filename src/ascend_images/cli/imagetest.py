@@ -3,6 +3,8 @@ with --ci, CI's images built from the test doubles and every test of this checko
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,12 +63,22 @@ def test_ci(out: Out, *, full: bool = False) -> int:
     return run_test_suite(full=full)
 
 
+# The room the test session takes on the engine's disk: twice a warm run's peak (7.7 GB), as .ci/run wants free
+TEST_ROOM_GB = 15.0
+# what one changed image takes until its checks end, before this run has built one: a run building all 17 committed
+# images over a changed base filled 64.5 GB of disk before its tests were a third done, 3.8 GB an image
+CHANGED_IMAGE_GB = 5.0
+GB = 1024**3
+
+
 def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: str | None = None,
                     no_cache: bool = False) -> tuple:
-    """The CI run's images from the doubles, in one bake: tested_variants under CI's namespace, its report in
-    CI_WORK_DIR (with `no_cache`, every step run again); (plan, results)."""
+    """The CI run's images from the doubles: ci.test in one bake under CI's namespace, its report in CI_WORK_DIR (with
+    `no_cache`, every step run again); then each committed image whose definition changed since the full tier's
+    last proof, one bake each, while the engine's disk keeps the tests' room (CHANGED_BUILD_RECORD says which were
+    built and which left). Returns ci.test's (plan, results)."""
     from ascend_images.checkout import ROOT
-    from ascend_images.cli.doubles import CI_WORK_DIR, changed_images, ci_build
+    from ascend_images.cli.doubles import CI_WORK_DIR, ChangedBuild, changed_images, ci_build, write_changed_build
 
     root = root or ROOT
     made = ci_build(root)
@@ -74,11 +86,46 @@ def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: 
     sel = Selection(matrix=str(root / "matrix.yaml"), arch=arch)
     matrix = sel.load()
     changed = changed_images(matrix, arch, root)
+    shutil.rmtree(root / CI_WORK_DIR / "changed", ignore_errors=True)  # an earlier run's reports name other images
+    write_changed_build(ChangedBuild((), tuple(v.name for v in changed)), root)  # until each is built
+    ci = build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR, namespace=made.namespace,
+                         ci="test", no_cache=no_cache)
     if changed:
         out(f"{len(changed)} image(s) beside ci.test whose definition changed since the full tier's last proof: "
             + ", ".join(v.name for v in changed))
-    return build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR,
-                           namespace=made.namespace, ci="test", also=changed, no_cache=no_cache)
+    built: list[str] = []
+    largest = CHANGED_IMAGE_GB * GB
+    for number, variant in enumerate(changed):
+        free = _free_bytes()
+        room = env_float("ASCEND_IMAGES_CI_DISK_WARM_GB", TEST_ROOM_GB) * GB
+        if free is not None and free < room + largest:
+            left = [v.name for v in changed[number:]]
+            out(f"{len(left)} changed image(s) neither built nor checked in this run: the engine's disk has "
+                f"{free / GB:.1f} GB free, and the next image takes about {largest / GB:.1f} GB beside the tests' "
+                f"{room / GB:.0f} GB (a run on a larger disk builds them): " + ", ".join(left))
+            break
+        build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR / "changed" / str(number),
+                        namespace=made.namespace, no_cache=no_cache, only=[variant])
+        after = _free_bytes()
+        if free is not None and after is not None:
+            largest = max(largest, free - after)
+        built.append(variant.name)
+        write_changed_build(ChangedBuild(tuple(built), tuple(v.name for v in changed[number + 1:])), root)
+    return ci
+
+
+def _free_bytes() -> int | None:
+    from ascend_images.builder.engine import connect, free_bytes
+
+    return free_bytes(connect())
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value.strip() else default
+    except ValueError:
+        raise SelectionError(f"{name}={value!r}: not a number of GB (e.g. 15)") from None
 
 
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
