@@ -31,7 +31,7 @@ def run(monkeypatch, tmp_path):
     monkeypatch.setattr(doubles, "ci_build", lambda root: SimpleNamespace(
         inputs=SimpleNamespace(check=lambda: None), sources=None, namespace="ascend-images-test"))
     monkeypatch.setattr(doubles, "changed_images", lambda matrix, arch, root: list(CHANGED))
-    monkeypatch.delenv("ASCEND_IMAGES_CI_DISK_WARM_GB", raising=False)
+    monkeypatch.delenv("ASCEND_IMAGES_CI_CHANGED_ROOM_GB", raising=False)
 
     def go(free: list[float | None]) -> tuple[list[str], list]:
         readings = iter(free)
@@ -51,25 +51,25 @@ def record(root: Path) -> dict:
 
 
 def test_with_room_each_changed_image_is_a_bake_of_its_own_after_ci_test(run, tmp_path):
-    lines, bakes = run([60, 55, 50, 45, 40, 35])
+    lines, bakes = run([80, 72, 70, 62, 60, 52])
     assert bakes == ["test", ["one/a2"], ["two/a3"], ["three/a5"]]
     assert record(tmp_path) == {"built": ["one/a2", "two/a3", "three/a5"], "left": []}
     assert not any("neither built nor checked" in line for line in lines)
 
 
 def test_the_run_stops_before_an_image_the_disk_cannot_hold_and_names_the_rest(run, tmp_path):
-    # 30 free: 15 for the tests + 5 a first image: built; it took 8 (22 left), so the next wants 15 + 8 = 23
-    lines, bakes = run([30, 22, 22])
+    # 40 free: 30 for the tests + 5 a first image: built; it took 8 (32 left), so the next wants 30 + 8 = 38
+    lines, bakes = run([40, 32, 32])
     assert bakes == ["test", ["one/a2"]]
     assert record(tmp_path) == {"built": ["one/a2"], "left": ["two/a3", "three/a5"]}
     (said,) = [line for line in lines if "neither built nor checked" in line]
-    assert said.startswith("2 changed image(s) neither built nor checked in this run: the engine's disk has 22.0 GB "
-                           "free, and the next image takes about 8.0 GB beside the tests' 15 GB")
+    assert said.startswith("2 changed image(s) neither built nor checked in this run: the engine's disk has 32.0 GB "
+                           "free, and the next image takes about 8.0 GB beside the tests' 30 GB")
     assert said.endswith(": two/a3, three/a5")
 
 
 def test_a_first_image_is_refused_under_the_tests_room_and_one_image(run, tmp_path):
-    _, bakes = run([19.9])
+    _, bakes = run([34.9])
     assert bakes == ["test"]
     assert record(tmp_path) == {"built": [], "left": ["one/a2", "two/a3", "three/a5"]}
 
