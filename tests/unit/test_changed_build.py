@@ -35,8 +35,8 @@ def run(monkeypatch, tmp_path):
 
     def go(free: list[float | None]) -> tuple[list[str], list]:
         readings = iter(free)
-        monkeypatch.setattr(imagetest, "_free_bytes", lambda: (lambda gb: None if gb is None else int(gb * GB))(
-            next(readings)))
+        monkeypatch.setattr(imagetest, "_engine_disk", lambda: lambda: (lambda gb: None if gb is None else int(
+            gb * GB))(next(readings)))
         monkeypatch.setattr(imagetest, "build_selection", lambda sel, sources, inputs, out, **kw: bakes.append(
             [v.name for v in kw["only"]] if kw.get("only") is not None else kw["ci"]) or ("plan", []))
         lines: list[str] = []

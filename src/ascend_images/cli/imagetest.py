@@ -3,6 +3,7 @@ with --ci, CI's images built from the test doubles and every test of this checko
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Callable
@@ -87,6 +88,7 @@ def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: 
     sel = Selection(matrix=str(root / "matrix.yaml"), arch=arch)
     matrix = sel.load()
     changed = changed_images(matrix, arch, root)
+    room = env_float("ASCEND_IMAGES_CI_CHANGED_ROOM_GB", TEST_ROOM_GB) * GB  # a bad value stops the run before a bake
     shutil.rmtree(root / CI_WORK_DIR / "changed", ignore_errors=True)  # an earlier run's reports name other images
     write_changed_build(ChangedBuild((), tuple(v.name for v in changed)), root)  # until each is built
     ci = build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR, namespace=made.namespace,
@@ -96,9 +98,9 @@ def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: 
             + ", ".join(v.name for v in changed))
     built: list[str] = []
     largest = CHANGED_IMAGE_GB * GB
+    disk = _engine_disk() if changed else lambda: None  # no changed image: no connection
     for number, variant in enumerate(changed):
-        free = _free_bytes()
-        room = env_float("ASCEND_IMAGES_CI_CHANGED_ROOM_GB", TEST_ROOM_GB) * GB
+        free = disk()
         if free is not None and free < room + largest:
             left = [v.name for v in changed[number:]]
             out(f"{len(left)} changed image(s) neither built nor checked in this run: the engine's disk has "
@@ -107,7 +109,7 @@ def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: 
             break
         build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR / "changed" / str(number),
                         namespace=made.namespace, no_cache=no_cache, only=[variant])
-        after = _free_bytes()
+        after = disk()
         if free is not None and after is not None:
             largest = max(largest, free - after)
         built.append(variant.name)
@@ -115,10 +117,11 @@ def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: 
     return ci
 
 
-def _free_bytes() -> int | None:
+def _engine_disk() -> Callable[[], int | None]:
+    """Reads the free space of the engine's disk, over one connection."""
     from ascend_images.builder.engine import connect, free_bytes
 
-    return free_bytes(connect())
+    return functools.partial(free_bytes, connect())
 
 
 def env_float(name: str, default: float) -> float:
@@ -126,7 +129,7 @@ def env_float(name: str, default: float) -> float:
     try:
         return float(value) if value.strip() else default
     except ValueError:
-        raise SelectionError(f"{name}={value!r}: not a number of GB (e.g. 15)") from None
+        raise SelectionError(f"{name}={value!r}: not a number of GB (e.g. {default:g}, the default)") from None
 
 
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
