@@ -36,20 +36,38 @@ def image_ids(config) -> list[str]:
     return [image_id(tag) for tag in (config.getoption("--image") or ci_image_tags())]
 
 
+# the checks of what only one kind of image has (pyproject's markers), and the images of that kind
+IMAGE_KINDS = {"backend_image": ("a vLLM or SGLang image", lambda v: v.backend != "none"),
+               "framework_image": ("a verl or ROLL image", lambda v: v.framework != "none"),
+               "vllm_image": ("an image over vLLM-Ascend", lambda v: v.backend == "vllm")}
+
+
+def unfit_kind(node, variant) -> str | None:
+    """The kind of image a check marked for one kind needs and `variant` is not, if so."""
+    for marker, (kind, fits) in IMAGE_KINDS.items():
+        if node.get_closest_marker(marker) and not fits(variant):
+            return kind
+    return None
+
+
 def pytest_generate_tests(metafunc):
     if "image" in metafunc.fixturenames:
         images = metafunc.config.getoption("--image") or ci_image_tags()
         if not metafunc.config.getoption("--image"):
+            # CI's images are known before the session: a check runs on the images of its kind, the rest deselected
             variants = ci_image_variants()
-            # a check of what only a backend (or framework) image has runs on those: deselected, not skipped
-            if metafunc.definition.get_closest_marker("backend_image"):
-                images = [i for i in images if variants[i].backend != "none"]
-            if metafunc.definition.get_closest_marker("framework_image"):
-                images = [i for i in images if variants[i].framework != "none"]
-            if metafunc.definition.get_closest_marker("vllm_image"):
-                images = [i for i in images if variants[i].backend == "vllm"]
+            images = [i for i in images if unfit_kind(metafunc.definition, variants[i]) is None]
         # package scope: one container per image (per worker) for all of tests/image
         metafunc.parametrize("image", images, ids=[image_id(i) for i in images], scope="package", indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def image_of_its_kind(request):
+    """An --image run learns each image's kind from its labels: a check of another kind's is skipped, saying so."""
+    if "image" in request.fixturenames and any(request.node.get_closest_marker(m) for m in IMAGE_KINDS):
+        kind = unfit_kind(request.node, request.getfixturevalue("variant"))
+        if kind is not None:
+            pytest.skip(f"a check of {kind} only (an --image run: CI deselects it on other images)")
 
 
 @pytest.fixture(scope="package")

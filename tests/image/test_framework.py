@@ -13,12 +13,6 @@ from tests.image.test_image import installed
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.framework_image]
 
 
-@pytest.fixture(autouse=True)
-def framework_image_only(variant):
-    if variant.framework == "none":
-        pytest.skip("framework none (an --image run: CI deselects these on such images)")
-
-
 def test_framework_installs_exactly_its_lock(host, variant, image_locks):
     """Every package of the framework's lock at its locked version, and the backend's below it untouched but for
     what the framework lock moves (an override matrix.yaml explains)."""
