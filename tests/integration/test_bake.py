@@ -20,7 +20,7 @@ import pytest
 from ascend_images.matrix.model import load_matrix
 from ascend_images.stages.bake import target_name
 from tests.conftest import ROOT
-from tests.fixtures.ci_images import WORK, ci_test_plan
+from tests.fixtures.ci_images import WORK, ci_plan
 
 pytestmark = [pytest.mark.docker]
 # (the recipe's test builds and pushes: slow)
@@ -32,7 +32,7 @@ def test_invoke_build_ran_the_committed_definition(ci_build):
     assert ran["variable"] == committed["variable"]
     assert ran["group"]["default"]["targets"] == committed["group"]["ci-test"]["targets"]
     # ci.test's bake alone: each changed image beside it has one of its own (cli/imagetest.py)
-    assert sorted(ran["target"]) == sorted(target_name(stage) for stage in ci_test_plan(load_matrix()).stages)
+    assert sorted(ran["target"]) == sorted(target_name(stage) for stage in ci_plan(load_matrix()).stages)
     assert [name for name, target in ran["target"].items() if committed["target"].get(name) != target] == []
 
 

@@ -13,7 +13,6 @@ import pytest
 from ascend_images.cli import doubles
 from ascend_images.cli.doubles import FULL_TIER_RECORD, read_full_tier
 from ascend_images.errors import SelectionError
-from ascend_images.matrix.selection import ci_variants
 from ascend_images.stages.changed import changed_stage_dirs, changed_variants
 from ascend_images.stages.drift import committed_variants
 
@@ -75,22 +74,20 @@ def test_a_stage_changes_every_committed_image_over_it(matrix):
     assert names({BASE}) == sorted(v.name for v in committed_variants(matrix))  # the base is under every image
 
 
-def test_the_ci_run_adds_the_changed_images_to_ci_test(matrix, tmp_path, monkeypatch):
-    """No record: ci.test alone. A record: ci.test, then what changed since its revision and ci.test lacks."""
+def test_the_ci_run_checks_what_changed_and_ci_test_lacks(matrix, tmp_path, monkeypatch):
+    """No record: nothing beyond ci.test. A record: what changed since its revision and ci.test lacks."""
     import ascend_images.stages.changed as changed
 
-    ci = ci_variants(matrix, "test")
-    assert doubles.tested_variants(matrix, root=tmp_path) == ci
+    assert doubles.changed_images(matrix, root=tmp_path) == []
     (tmp_path / FULL_TIER_RECORD).parent.mkdir(parents=True)
     (tmp_path / FULL_TIER_RECORD).write_text(json.dumps({
         "revision": "abc", "finished": "2026-12-05T00:00:00Z", "passed": 1, "skipped": 0, "seconds": 1,
         "engine": "dockerd 28.5.2, buildx 0.29.1"}))
     seen = []
     monkeypatch.setattr(changed, "changed_stage_dirs", lambda root, since, rendered: seen.append(since) or {A5_TORCH})
-    tested = doubles.tested_variants(matrix, root=tmp_path)
+    changed_now = doubles.changed_images(matrix, root=tmp_path)
     assert seen == ["abc"]
-    assert tested[:len(ci)] == ci
-    assert [v.name for v in tested[len(ci):]] == ["cann9.1.0-pt2.10.0/a5/none/debian12/aarch64/system",
+    assert [v.name for v in changed_now] == ["cann9.1.0-pt2.10.0/a5/none/debian12/aarch64/system",
                                                   "cann9.1.0-pt2.10.0/a5/vllm+roll/debian12/aarch64/system"]
 
 

@@ -127,8 +127,32 @@ def test_the_full_tier_builds_the_ci_images_from_nothing(monkeypatch, full):
     import ascend_images.cli.doubles as doubles
     import ascend_images.cli.imagetest as imagetest
 
-    seen = {}
-    monkeypatch.setattr(imagetest, "build_ci_images", lambda out, **kw: seen.update(build=kw))
-    monkeypatch.setattr(doubles, "run_test_suite", lambda **kw: seen.update(suite=kw) or 0)
+    seen = []
+    monkeypatch.setattr(imagetest, "build_ci_images", lambda out, **kw: seen.append(("build", kw)))
+    monkeypatch.setattr(imagetest, "check_changed", lambda out, began, **kw: seen.append(("changed", kw)) or [])
+    monkeypatch.setattr(doubles, "run_test_suite", lambda **kw: seen.append(("suite", kw)) or 0)
     assert imagetest.test_ci(print, full=full) == 0
-    assert seen == {"build": {"no_cache": full}, "suite": {"full": full}}
+    # the changed images after the session: a prune before them would cost the session's bakes their cache
+    assert seen == [("build", {"no_cache": full}), ("suite", {"full": full}), ("changed", {"no_cache": full})]
+
+
+@pytest.mark.parametrize(("suite_code", "changed_ok", "code"), [(0, True, 0), (0, False, 1), (2, False, 2),
+                                                                (2, True, 2)])
+def test_a_failed_changed_image_fails_a_passing_run(monkeypatch, suite_code, changed_ok, code):
+    """The suite still runs after a changed image failed (every failure is seen in one run), and the run's code is
+    the suite's, or 1 when only a changed image failed."""
+    import ascend_images.cli.doubles as doubles
+    import ascend_images.cli.imagetest as imagetest
+    from ascend_images.cli.changedcheck import ChangedCheck
+
+    failed = () if changed_ok else ("test_env",)
+    ran = []
+    monkeypatch.setattr(imagetest, "build_ci_images", lambda out, **kw: None)
+    monkeypatch.setattr(imagetest, "check_changed",
+                        lambda out, began, **kw: [ChangedCheck("one/a2", "x:1", 3, failed, 1.0)])
+    monkeypatch.setattr(doubles, "run_test_suite", lambda **kw: ran.append(kw) or suite_code)
+    lines: list[str] = []
+    assert imagetest.test_ci(lines.append, full=False) == code
+    assert ran == [{"full": False}]
+    assert any(line.startswith("one/a2") for line in lines)
+    assert ("    FAILED test_env" in lines) is not changed_ok

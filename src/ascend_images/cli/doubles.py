@@ -33,7 +33,6 @@ CI_WORKERS = "3"
 # image whose definition changed since that revision
 FULL_TIER_RECORD = Path("tests/full-tier.json")
 # which changed images the CI run built beside ci.test, and which it left for want of disk (cli/imagetest.py)
-CHANGED_BUILD_RECORD = CI_WORK_DIR / "changed-images.json"
 # the builds reach PyPI through whatever the host trusts (a TLS proxy's CA included); never in a layer (a secret)
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -117,39 +116,6 @@ def changed_images(matrix: Matrix, arch: str | None = None, root: Path = ROOT) -
         return []
     tested = ci_variants(matrix, "test", arch)
     return [v for v in changed_since(matrix, record.revision, arch) if v not in tested]
-
-
-@dataclass(frozen=True)
-class ChangedBuild:
-    """The changed images (variant names) a CI run built beside ci.test, and those it left: the engine's disk could
-    not hold them with the tests' room."""
-
-    built: tuple[str, ...]
-    left: tuple[str, ...]
-
-
-def read_changed_build(root: Path = ROOT) -> ChangedBuild | None:
-    path = root / CHANGED_BUILD_RECORD
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return ChangedBuild(tuple(data["built"]), tuple(data["left"]))
-
-
-def write_changed_build(record: ChangedBuild, root: Path = ROOT) -> None:
-    path = root / CHANGED_BUILD_RECORD
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(record), indent=1) + "\n", encoding="utf-8")
-
-
-def tested_variants(matrix: Matrix, arch: str | None = None, root: Path = ROOT) -> list[Variant]:
-    """What the CI run builds and checks: matrix.yaml's ci.test, then changed_images (those the run built, once
-    its record says which)."""
-    changed = changed_images(matrix, arch, root)
-    record = read_changed_build(root)
-    if record is not None:
-        changed = [v for v in changed if v.name in record.built]
-    return ci_variants(matrix, "test", arch) + changed
 
 
 def run_test_suite(root: Path = ROOT, *, full: bool = False) -> int:

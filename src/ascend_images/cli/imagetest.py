@@ -55,73 +55,78 @@ def test(c, sel, sources, inputs, image=None, namespace=None, work_dir=None, sta
 
 
 def test_ci(out: Out, *, full: bool = False) -> int:
-    """`invoke test --ci`: CI's images built from the doubles (ci.test and each committed image changed since the full
-    tier's last proof), then the test suite; with `full`, the images built with every step run again and the full
-    tier; pytest's exit code."""
+    """`invoke test --ci`: ci.test built from the doubles, the test suite, then each committed image changed since
+    the full tier's last proof built, tested and untagged in turn (cli/changedcheck.py); with `full`, the images built
+    with every step run again and the full tier; pytest's exit code, or 1 when only a changed image failed."""
+    import datetime as dt
+
+    from ascend_images.cli.changedcheck import report
     from ascend_images.cli.doubles import run_test_suite
 
     build_ci_images(out, no_cache=full)  # the full tier proves the CI images from nothing: every step runs again
-    return run_test_suite(full=full)
-
-
-# The room the test session keeps on the engine's disk beside the changed images it builds: a session over CI's nine
-# images and six changed ones, all just built, took 16.3 GB by a quarter of its tests and was still taking more (its
-# disk was full there); a whole cold run, command 1 and the CI bake included, took 32 GB at its peak
-TEST_ROOM_GB = 30.0
-# what one changed image takes, before this run has built one: 3.8 GB an image when all 17 filled 64.5 GB
-CHANGED_IMAGE_GB = 5.0
-GB = 1024**3
+    session_began = dt.datetime.now(dt.UTC)
+    code = run_test_suite(full=full)
+    checks = check_changed(out, session_began, no_cache=full)
+    if checks:
+        report(checks, out)
+    return code or (1 if any(not c.ok for c in checks) else 0)
 
 
 def build_ci_images(out: Callable[[str], None], root: Path | None = None, arch: str | None = None,
                     no_cache: bool = False) -> tuple:
-    """The CI run's images from the doubles: ci.test in one bake under CI's namespace, its report in CI_WORK_DIR (with
-    `no_cache`, every step run again); then each committed image whose definition changed since the full tier's
-    last proof, one bake each, while the engine's disk keeps the tests' room (CHANGED_BUILD_RECORD says which were
-    built and which left). Returns ci.test's (plan, results)."""
+    """ci.test from the doubles, in one bake under CI's namespace, its report in CI_WORK_DIR (with `no_cache`, every
+    step run again); returns (plan, results)."""
     from ascend_images.checkout import ROOT
-    from ascend_images.cli.doubles import CI_WORK_DIR, ChangedBuild, changed_images, ci_build, write_changed_build
+    from ascend_images.cli.doubles import CI_WORK_DIR, ci_build
 
     root = root or ROOT
     made = ci_build(root)
     made.inputs.check()
     sel = Selection(matrix=str(root / "matrix.yaml"), arch=arch)
+    return build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR, namespace=made.namespace,
+                           ci="test", no_cache=no_cache)
+
+
+def check_changed(out: Out, session_began, root: Path | None = None, arch: str | None = None,
+                  no_cache: bool = False) -> list:
+    """Each committed image whose definition changed since the full tier's last proof, built, tested and untagged in
+    turn (cli/changedcheck.py), on the engine ci.test was built on."""
+    from ascend_images.builder import records
+    from ascend_images.builder.engine import connect, free_bytes
+    from ascend_images.checkout import ROOT
+    from ascend_images.cli.changedcheck import Engine, check_changed_images
+    from ascend_images.cli.doubles import CI_WORK_DIR, changed_images, ci_build
+    from ascend_images.matrix.selection import ci_variants
+    from ascend_images.stages.plan import PlanOptions, make_plan
+
+    root = root or ROOT
+    sel = Selection(matrix=str(root / "matrix.yaml"), arch=arch)
     matrix = sel.load()
     changed = changed_images(matrix, arch, root)
-    room = env_float("ASCEND_IMAGES_CI_CHANGED_ROOM_GB", TEST_ROOM_GB) * GB  # a bad value stops the run before a bake
-    shutil.rmtree(root / CI_WORK_DIR / "changed", ignore_errors=True)  # an earlier run's reports name other images
-    write_changed_build(ChangedBuild((), tuple(v.name for v in changed)), root)  # until each is built
-    ci = build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR, namespace=made.namespace,
-                         ci="test", no_cache=no_cache)
-    if changed:
-        out(f"{len(changed)} image(s) beside ci.test whose definition changed since the full tier's last proof: "
-            + ", ".join(v.name for v in changed))
-    built: list[str] = []
-    largest = CHANGED_IMAGE_GB * GB
-    disk = _engine_disk() if changed else lambda: None  # no changed image: no connection
-    for number, variant in enumerate(changed):
-        free = disk()
-        if free is not None and free < room + largest:
-            left = [v.name for v in changed[number:]]
-            out(f"{len(left)} changed image(s) neither built nor checked in this run: the engine's disk has "
-                f"{free / GB:.1f} GB free, and the next image takes about {largest / GB:.1f} GB beside the tests' "
-                f"{room / GB:.0f} GB (a run on a larger disk builds them): " + ", ".join(left))
-            break
-        build_selection(sel, made.sources, made.inputs, out, work_dir=root / CI_WORK_DIR / "changed" / str(number),
-                        namespace=made.namespace, no_cache=no_cache, only=[variant])
-        after = disk()
-        if free is not None and after is not None:
-            largest = max(largest, free - after)
-        built.append(variant.name)
-        write_changed_build(ChangedBuild(tuple(built), tuple(v.name for v in changed[number + 1:])), root)
-    return ci
+    work_dir = root / CI_WORK_DIR / "changed"
+    shutil.rmtree(work_dir, ignore_errors=True)  # an earlier run's reports name other images
+    if not changed:
+        return []
+    out(f"{len(changed)} committed image(s) whose definition changed since the full tier's last proof, each built, "
+        "tested and untagged in turn: " + ", ".join(v.name for v in changed))
+    made = ci_build(root)
+    client = connect()
+    ci_plan = make_plan(ci_variants(matrix, "test", arch),
+                        PlanOptions(made.sources.sources(matrix, strict=False).cann, made.namespace))
 
+    def build(variant, own: Path) -> list[str]:
+        plan, _ = build_selection(sel, made.sources, made.inputs, out, work_dir=own, namespace=made.namespace,
+                                  no_cache=no_cache, only=[variant])
+        return [stage.tag for stage in plan.top(variant).chain()]  # from the base up: the image last
 
-def _engine_disk() -> Callable[[], int | None]:
-    """Reads the free space of the engine's disk, over one connection."""
-    from ascend_images.builder.engine import connect, free_bytes
+    def untag(tags) -> None:
+        for tag in tags:
+            client.images.remove(tag)
 
-    return functools.partial(free_bytes, connect())
+    engine = Engine(build, lambda image, own: run_image_suite(image, own), untag,
+                    lambda since: records.prune(records.made_since(records.cache_records(), since)),
+                    functools.partial(free_bytes, client))
+    return check_changed_images(changed, {s.tag for s in ci_plan.stages}, work_dir, engine, out, session_began)
 
 
 def env_float(name: str, default: float) -> float:

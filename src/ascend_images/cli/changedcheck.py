@@ -1,0 +1,99 @@
+"""CI's check of each committed image whose definition changed since the full tier last proved it, one image at a
+time, after the test session, as docker-stacks builds and then tests each image: a bake of that image alone (its
+stages that ci.test holds come from ci.test's cache), the image test suite against it (what `invoke test --image`
+runs), then its own stages' tags removed. A change to the base stands under every committed image, more than the
+disk holds: when the next image would not fit, the cache records made since the session began are pruned first (the
+tests' builds and the changed images'; ci.test's stay).
+
+Why after the session, and why prune only when short: on the containerd image store (dockerd 26.1.5 and 28.5.2
+alike) a prune, even of one unrelated record, makes every step built before it miss the cache on its next build.
+The session's bakes keep their cache hits, and the changed images built before the first prune take their shared
+stages from ci.test's cache; those after it build their whole chain again."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ascend_images.matrix.model import Variant
+from ascend_images.runtime.imagetests import ImageTestResult
+
+Out = Callable[[str], None]
+GB = 1024**3
+# what one changed image takes on the engine's disk before its check has measured one: 3.8 GB an image when all 17
+# committed images filled 64.5 GB
+CHANGED_IMAGE_GB = 5.0
+
+
+@dataclass(frozen=True)
+class ChangedCheck:
+    variant: str
+    image: str
+    passed: int
+    failed: tuple[str, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and self.passed > 0
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What the check does on the engine, given by the caller (the real one: engine_steps)."""
+
+    build: Callable[[Variant, Path], list[str]]  # bake one variant into a work dir: the tags of its stages
+    suite: Callable[[str, Path], ImageTestResult]  # the image test suite against a tag
+    untag: Callable[[Sequence[str]], None]
+    prune_since: Callable[[dt.datetime], None]  # the cache records made since then, but cache mounts
+    free: Callable[[], int | None]  # free bytes on the engine's disk (None: an engine elsewhere)
+
+
+def check_changed_images(changed: Sequence[Variant], kept_tags: set[str], work_dir: Path, engine: Engine,
+                         out: Out, session_began: dt.datetime) -> list[ChangedCheck]:
+    """Build, test and untag each of `changed` in turn; `kept_tags` are ci.test's stages, never untagged. Before an
+    image the disk cannot hold, what was built since `session_began` is pruned; an image it still cannot hold fails,
+    named with the rest, without a build."""
+    checks: list[ChangedCheck] = []
+    need = int(CHANGED_IMAGE_GB * GB)
+    for number, variant in enumerate(changed, 1):
+        free = engine.free()
+        if free is not None and free < need:
+            engine.prune_since(session_began)
+            out(f"the engine's disk had {free / GB:.1f} GB free, and a changed image takes about {need / GB:.1f} GB: "
+                "pruned the cache records made since the test session began (the images after this one build their "
+                "whole chain again)")
+            free = engine.free()
+        if free is not None and free < need:
+            for rest in changed[number - 1:]:
+                checks.append(ChangedCheck(rest.name, "", 0, ("(not built: the engine's disk is short)",), 0.0))
+            out(f"the engine's disk has {free / GB:.1f} GB free, and a changed image takes about {need / GB:.1f} GB: "
+                f"{len(changed) - number + 1} changed image(s) not checked: "
+                + ", ".join(v.name for v in changed[number - 1:]))
+            break
+        out(f"changed image {number}/{len(changed)}: {variant.name}: building, then its image tests")
+        started = time.monotonic()
+        own = work_dir / str(number)
+        tags = engine.build(variant, own)
+        after = engine.free()
+        if free is not None and after is not None:
+            need = max(need, free - after)
+        image = tags[-1]
+        result = engine.suite(image, own)
+        engine.untag([t for t in tags if t not in kept_tags])
+        check = ChangedCheck(variant.name, image, result.passed, tuple(result.failed), time.monotonic() - started)
+        checks.append(check)
+        out(f"changed image {number}/{len(changed)}: {variant.name}: {check.passed} passed, {len(check.failed)} "
+            f"failed in {check.seconds:.0f}s")
+    return checks
+
+
+def report(checks: Sequence[ChangedCheck], out: Out) -> None:
+    out(f"\n{'changed image':70} {'passed':>6} {'failed':>6}")
+    for check in checks:
+        out(f"{check.variant:70} {check.passed:6} {len(check.failed):6}")
+        for name in check.failed:
+            out(f"    FAILED {name}")
