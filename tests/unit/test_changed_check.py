@@ -71,26 +71,27 @@ def test_a_failing_image_is_failed_and_the_next_still_checked(tmp_path):
 
 
 def test_the_cache_since_the_session_is_pruned_only_before_an_image_the_disk_cannot_hold(tmp_path):
-    # 12 free: built (took 6, so 6 wanted now); 6: built; 0 < 6: pruned, 14 free: built
-    stand_in, done = engine([12, 6, 6, 0, 0, 14, 8])
+    # 12 free >= 5 + 2 wanted: built, took 6 (6 + 2 wanted now); 8: built, took 8 (10 wanted); 0: pruned, 14: built
+    stand_in, done = engine([12, 6, 8, 0, 0, 14, 8])
     lines: list[str] = []
     checks = check(stand_in, tmp_path, lines)
     assert [d[0] for d in done] == ["build", "suite", "untag", "build", "suite", "untag", "prune since", "build",
                                     "suite", "untag"]
     assert ("prune since", BEGAN) in done
     assert [c.ok for c in checks] == [True, True, True]
-    assert ("the engine's disk had 0.0 GB free, and a changed image takes about 6.0 GB: pruned the cache records "
-            "made since the test session began (the images after this one build their whole chain again)") in lines
+    said = ("the engine's disk had 0.0 GB free, and a changed image wants 10.0 GB: pruned the cache records made since "
+            "the test session began (an image after this one builds again what an image before it built)")
+    assert said in lines
 
 
 def test_an_image_the_disk_cannot_hold_after_the_prune_is_failed_with_the_rest(tmp_path):
-    stand_in, done = engine([4.9, 4.9])
+    stand_in, done = engine([6.9, 6.9])  # 5 for an image, 2 beside it
     lines: list[str] = []
     checks = check(stand_in, tmp_path, lines)
     assert done == [("prune since", BEGAN)]
     assert [(c.variant, c.ok) for c in checks] == [("one/a2", False), ("two/a3", False), ("three/a5", False)]
-    assert lines[-1] == ("the engine's disk has 4.9 GB free, and a changed image takes about 5.0 GB: 3 changed "
-                         "image(s) not checked: one/a2, two/a3, three/a5")
+    assert lines[-1] == ("the engine's disk has 6.9 GB free, and a changed image wants 7.0 GB: 3 changed image(s) "
+                         "not checked: one/a2, two/a3, three/a5")
 
 
 def test_an_engine_elsewhere_checks_them_all_and_never_prunes(tmp_path):

@@ -5,10 +5,10 @@ runs), then its own stages' tags removed. A change to the base stands under ever
 disk holds: when the next image would not fit, the cache records made since the session began are pruned first (the
 tests' builds and the changed images'; ci.test's stay).
 
-Why after the session, and why prune only when short: on the containerd image store (dockerd 26.1.5 and 28.5.2
-alike) a prune, even of one unrelated record, makes every step built before it miss the cache on its next build.
-The session's bakes keep their cache hits, and the changed images built before the first prune take their shared
-stages from ci.test's cache; those after it build their whole chain again."""
+Why after the session: the session then runs on the disk every change's run has, and the changed images share what
+it leaves. Why prune only when short: on the containerd image store a prune can make steps built before it miss the
+cache on their next build (two small builds FROM a local OS image: 2 of 2 steps cached before a prune of an unrelated
+build's records, 0 of 2 after), so the session's records stay while the disk has room for the next image."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ GB = 1024**3
 # what one changed image takes on the engine's disk before its check has measured one: 3.8 GB an image when all 17
 # committed images filled 64.5 GB
 CHANGED_IMAGE_GB = 5.0
+# kept free beside the image: its suite's containers and the engine's own writes (a base change's run, built to the
+# largest image measured, went down to 1 GB free)
+HEADROOM_GB = 2.0
 
 
 @dataclass(frozen=True)
@@ -58,19 +61,20 @@ def check_changed_images(changed: Sequence[Variant], kept_tags: set[str], work_d
     image the disk cannot hold, what was built since `session_began` is pruned; an image it still cannot hold fails,
     named with the rest, without a build."""
     checks: list[ChangedCheck] = []
-    need = int(CHANGED_IMAGE_GB * GB)
+    largest = int(CHANGED_IMAGE_GB * GB)
     for number, variant in enumerate(changed, 1):
+        need = largest + int(HEADROOM_GB * GB)
         free = engine.free()
         if free is not None and free < need:
             engine.prune_since(session_began)
-            out(f"the engine's disk had {free / GB:.1f} GB free, and a changed image takes about {need / GB:.1f} GB: "
-                "pruned the cache records made since the test session began (the images after this one build their "
-                "whole chain again)")
+            out(f"the engine's disk had {free / GB:.1f} GB free, and a changed image wants {need / GB:.1f} GB: "
+                "pruned the cache records made since the test session began (an image after this one builds again "
+                "what an image before it built)")
             free = engine.free()
         if free is not None and free < need:
             for rest in changed[number - 1:]:
                 checks.append(ChangedCheck(rest.name, "", 0, ("(not built: the engine's disk is short)",), 0.0))
-            out(f"the engine's disk has {free / GB:.1f} GB free, and a changed image takes about {need / GB:.1f} GB: "
+            out(f"the engine's disk has {free / GB:.1f} GB free, and a changed image wants {need / GB:.1f} GB: "
                 f"{len(changed) - number + 1} changed image(s) not checked: "
                 + ", ".join(v.name for v in changed[number - 1:]))
             break
@@ -80,7 +84,7 @@ def check_changed_images(changed: Sequence[Variant], kept_tags: set[str], work_d
         tags = engine.build(variant, own)
         after = engine.free()
         if free is not None and after is not None:
-            need = max(need, free - after)
+            largest = max(largest, free - after)
         image = tags[-1]
         result = engine.suite(image, own)
         engine.untag([t for t in tags if t not in kept_tags])
