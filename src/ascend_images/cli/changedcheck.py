@@ -46,7 +46,7 @@ class ChangedCheck:
 
 @dataclass(frozen=True)
 class Engine:
-    """What the check does on the engine, given by the caller (the real one: engine_steps)."""
+    """What the check does on the engine, given by the caller (the real one: cli/imagetest.py check_changed)."""
 
     build: Callable[[Variant, Path], list[str]]  # bake one variant into a work dir: the tags of its stages
     suite: Callable[[str, Path], ImageTestResult]  # the image test suite against a tag
