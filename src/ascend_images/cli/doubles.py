@@ -29,10 +29,9 @@ CI_INPUTS = Path("build/test/inputs")
 CI_NAMESPACE = f"{DEFAULT_NAMESPACE}-test"
 CI_WORK_DIR = Path("build/test/ci")
 CI_WORKERS = "3"
-# the full tier's last passing run, by revision: the every-change tier builds and checks, beside ci.test, each committed
-# image whose definition changed since that revision
+# the full tier's last passing run, by revision: the every-change tier checks, after its session, each committed image
+# whose definition changed since that revision (cli/changedcheck.py)
 FULL_TIER_RECORD = Path("tests/full-tier.json")
-# which changed images the CI run built beside ci.test, and which it left for want of disk (cli/imagetest.py)
 # the builds reach PyPI through whatever the host trusts (a TLS proxy's CA included); never in a layer (a secret)
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 

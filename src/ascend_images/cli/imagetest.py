@@ -4,7 +4,6 @@ with --ci, CI's images built from the test doubles and every test of this checko
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -127,14 +126,6 @@ def check_changed(out: Out, session_began, root: Path | None = None, arch: str |
                     lambda since: records.prune(records.made_since(records.cache_records(), since)),
                     functools.partial(free_bytes, client))
     return check_changed_images(changed, {s.tag for s in ci_plan.stages}, work_dir, engine, out, session_began)
-
-
-def env_float(name: str, default: float) -> float:
-    value = os.environ.get(name, "")
-    try:
-        return float(value) if value.strip() else default
-    except ValueError:
-        raise SelectionError(f"{name}={value!r}: not a number of GB (e.g. {default:g}, the default)") from None
 
 
 def run_image_tests(sel: Selection, flags: SourceFlags, input_flags: InputFlags, out: Out, *, images: list[str],
